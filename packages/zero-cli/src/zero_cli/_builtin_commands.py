@@ -1,0 +1,27 @@
+"""Commands built into zero-cli, registered through the same entry point as any plugin's."""
+from __future__ import annotations
+
+import argparse
+
+from zero_plugins import CommandResult, format_table, hookimpl, plugin_infos
+
+
+
+@hookimpl
+def zero_register_commands(cli) -> None:  # type: ignore[no-untyped-def]
+    cli.add_command("plugins", help="list the zero plugins, their hooks and distributions", run=_run_plugins)
+
+
+def _run_plugins(args: argparse.Namespace) -> CommandResult:
+    infos = plugin_infos()
+    rows = [
+        (
+            info.name,
+            f"{info.distribution} {info.version}".strip() if info.enabled else "-",
+            "enabled" if info.enabled else "disabled (ZERO_DISABLE_PLUGINS)",
+            ", ".join(info.hooks),
+        )
+        for info in infos
+    ]
+    text = format_table(["plugin", "distribution", "state", "hooks"], rows)
+    return CommandResult([info.as_dict() for info in infos], text)

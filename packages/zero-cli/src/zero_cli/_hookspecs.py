@@ -1,0 +1,12 @@
+"""Hooks called by zero-cli."""
+from __future__ import annotations
+
+from zero_plugins import hookspec
+
+
+@hookspec
+def zero_register_commands(cli) -> None:  # type: ignore[no-untyped-def]
+    """Add subcommands with `cli.add_command(name, help=..., add_arguments=..., run=...)`.
+
+    Import nothing heavy here: the body runs every time `zero` starts.
+    """

@@ -1,0 +1,72 @@
+"""Entry point of the `zero` command."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from zero_plugins import CommandResult, ZeroError, use_hookspecs
+
+from . import _hookspecs
+from ._commands import CommandSet
+from ._versions import version_text
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(option_strings, dest, nargs=0, help="print every installed zero-* distribution and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        print(version_text())
+        parser.exit()
+
+
+def collect_commands() -> CommandSet:
+    manager = use_hookspecs(_hookspecs)
+    commands = CommandSet()
+    for impl in manager.hook.zero_register_commands.get_hookimpls():
+        commands.current_plugin = impl.plugin_name
+        impl.function(cli=commands)
+    return commands
+
+
+def build_parser(commands: CommandSet) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zero", description="ZeRO memory optimization for PyTorch training.")
+    parser.add_argument("--version", action=_VersionAction)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in sorted(commands.commands):
+        command = commands.commands[name]
+        sub_parser = sub.add_parser(name, help=command.help, description=command.help)
+        if command.json_flag:
+            sub_parser.add_argument("--json", action="store_true", help="print the report as JSON alone on stdout")
+        command.add_arguments(sub_parser)
+        sub_parser.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        commands = collect_commands()
+        parser = build_parser(commands)
+        args = parser.parse_args(argv)
+        if not getattr(args, "_command", None):
+            parser.print_help(sys.stderr)
+            return 2
+        result = args._command.run(args)
+    except ZeroError as error:
+        print(f"zero: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if isinstance(result, CommandResult):
+        if getattr(args, "json", False):
+            print(json.dumps(result.data, indent=2, default=str))
+        elif result.text:
+            print(result.text)
+        return result.exit_code
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

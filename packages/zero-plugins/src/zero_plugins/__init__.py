@@ -1,0 +1,37 @@
+"""Plugin machinery shared by the zero-* packages (pluggy project and entry-point group `zero`)."""
+from ._distribution import Provenance
+from ._errors import PluginError, ZeroError
+from ._listing import PluginInfo, plugin_infos
+from ._manager import (
+    DISABLE_ENV,
+    disabled_plugin_names,
+    get_plugin_manager,
+    reset_plugin_manager,
+    use_hookspecs,
+)
+from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
+from ._registry import NamedRegistry, Registration
+from ._output import CommandResult, format_table
+from .__about__ import __version__
+
+__all__ = [
+    "CommandResult",
+    "DISABLE_ENV",
+    "ENTRY_POINT_GROUP",
+    "PROJECT_NAME",
+    "NamedRegistry",
+    "PluginError",
+    "PluginInfo",
+    "Provenance",
+    "Registration",
+    "ZeroError",
+    "__version__",
+    "disabled_plugin_names",
+    "format_table",
+    "get_plugin_manager",
+    "hookimpl",
+    "hookspec",
+    "plugin_infos",
+    "reset_plugin_manager",
+    "use_hookspecs",
+]
