@@ -6,11 +6,10 @@ import json
 import sys
 from collections.abc import Sequence
 
-from zero_plugins import CommandResult, ZeroError, use_hookspecs
+from zero_plugins import CommandResult, ZeroError, installed_zero_distributions, use_hookspecs
 
 from . import _hookspecs
 from ._commands import CommandSet
-from ._versions import version_text
 
 
 class _VersionAction(argparse.Action):
@@ -18,7 +17,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print every installed zero-* distribution and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
-        print(version_text())
+        print("\n".join(f"{name} {version}" for name, version in installed_zero_distributions().items()))
         parser.exit()
 
 

@@ -10,6 +10,7 @@ from ._manager import (
     use_hookspecs,
 )
 from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
+from ._versions import installed_zero_distributions
 from ._registry import NamedRegistry, Registration
 from ._output import CommandResult, format_table
 from .__about__ import __version__
@@ -30,6 +31,7 @@ __all__ = [
     "format_table",
     "get_plugin_manager",
     "hookimpl",
+    "installed_zero_distributions",
     "hookspec",
     "plugin_infos",
     "reset_plugin_manager",

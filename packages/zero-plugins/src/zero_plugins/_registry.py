@@ -97,8 +97,8 @@ class NamedRegistry(Generic[T]):
             f"{reg.name} ({reg.provider.distribution})" for reg in sorted(found.values(), key=lambda r: r.name)
         ) or "none"
         hint = difflib.get_close_matches(name, list(found), n=1)
-        did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
+        did_you_mean = f", did you mean {hint[0]!r}?" if hint else ""
         return (
-            f"unknown {self.kind} {name!r} (from {self.env_var}){did_you_mean} "
+            f"unknown {self.kind} {name!r} (from {self.env_var}){did_you_mean}; "
             f"available: {available}"
         )

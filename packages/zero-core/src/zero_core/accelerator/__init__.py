@@ -1,0 +1,26 @@
+"""Accelerators: the devices the engine runs on, found through the `zero_register_accelerators` hook."""
+from ._select import (
+    ENV_VAR,
+    AcceleratorUnavailable,
+    Selection,
+    accelerator_registry,
+    get_accelerator,
+    get_selection,
+    reset_accelerator,
+    select_accelerator,
+    set_accelerator,
+)
+from .abstract import Accelerator
+
+__all__ = [
+    "ENV_VAR",
+    "Accelerator",
+    "AcceleratorUnavailable",
+    "Selection",
+    "accelerator_registry",
+    "get_accelerator",
+    "get_selection",
+    "reset_accelerator",
+    "select_accelerator",
+    "set_accelerator",
+]

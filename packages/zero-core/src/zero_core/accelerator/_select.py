@@ -1,0 +1,80 @@
+"""Choosing the accelerator: DS_ACCELERATOR by name, or auto-detection by priority."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zero_plugins import NamedRegistry, ZeroError
+
+from . import _hookspecs
+from .abstract import Accelerator
+
+ENV_VAR = "DS_ACCELERATOR"
+
+accelerator_registry: NamedRegistry[Accelerator] = NamedRegistry(
+    kind="accelerator",
+    hook_name="zero_register_accelerators",
+    hookspecs=_hookspecs,
+    base=Accelerator,
+    env_var=ENV_VAR,
+)
+
+
+class AcceleratorUnavailable(ZeroError):
+    """DS_ACCELERATOR names an accelerator that cannot run here."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    accelerator: Accelerator
+    reason: str
+
+
+def select_accelerator() -> Selection:
+    requested = accelerator_registry.requested_name()
+    if requested is not None:
+        cls = accelerator_registry.get(requested).cls
+        usable, why = cls.is_available()
+        if not usable:
+            raise AcceleratorUnavailable(
+                f"{ENV_VAR}={requested} but it cannot run here: {why}; "
+                f"unset {ENV_VAR} to auto-detect, or choose one of {', '.join(accelerator_registry.names())}"
+            )
+        return Selection(cls(), f"{ENV_VAR}={requested}")
+    skipped = []
+    registrations = sorted(
+        accelerator_registry.registrations().values(), key=lambda reg: (-reg.cls.detect_priority, reg.name)
+    )
+    for registration in registrations:
+        usable, why = registration.cls.is_available()
+        if usable:
+            detail = f"; skipped {'; '.join(skipped)}" if skipped else ""
+            return Selection(registration.cls(), f"auto-detected ({ENV_VAR} unset){detail}")
+        skipped.append(f"{registration.name}: {why}")
+    raise AcceleratorUnavailable(f"no accelerator is usable: {'; '.join(skipped) or 'none registered'}")
+
+
+_selected: Selection | None = None
+
+
+def get_accelerator() -> Accelerator:
+    """The process-wide accelerator, chosen on first call."""
+    return get_selection().accelerator
+
+
+def get_selection() -> Selection:
+    global _selected
+    if _selected is None:
+        _selected = select_accelerator()
+    return _selected
+
+
+def set_accelerator(accelerator: Accelerator) -> None:
+    """Use this accelerator from now on (as DeepSpeed's set_accelerator)."""
+    global _selected
+    _selected = Selection(accelerator, "set_accelerator()")
+
+
+def reset_accelerator() -> None:
+    """Forget the choice, so the next get_accelerator() reads DS_ACCELERATOR again."""
+    global _selected
+    _selected = None

@@ -1,0 +1,101 @@
+"""The interface every accelerator implements (DeepSpeed's accelerator API, trimmed to what zero uses)."""
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import torch
+import zero_pin
+
+
+class Accelerator(abc.ABC):
+    """One kind of compute device, as seen by the engine.
+
+    `name` is what DS_ACCELERATOR selects. `detect_priority` orders auto-detection:
+    the available accelerator with the highest priority wins.
+    """
+
+    name: ClassVar[str]
+    detect_priority: ClassVar[int] = 0
+
+    # --- availability, checked before an instance is made ---
+    @classmethod
+    @abc.abstractmethod
+    def is_available(cls) -> tuple[bool, str]:
+        """(usable, reason). The reason says why not, or what was found."""
+
+    # --- devices ---
+    @abc.abstractmethod
+    def communication_backend_name(self) -> str: ...
+
+    @abc.abstractmethod
+    def device_name(self, device_index: int | None = None) -> str: ...
+
+    def device(self, device_index: int | None = None) -> torch.device:
+        return torch.device(self.device_name(device_index))
+
+    @abc.abstractmethod
+    def device_count(self) -> int: ...
+
+    @abc.abstractmethod
+    def current_device(self) -> int: ...
+
+    @abc.abstractmethod
+    def set_device(self, device_index: int) -> None: ...
+
+    @abc.abstractmethod
+    def synchronize(self, device_index: int | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def manual_seed(self, seed: int) -> None: ...
+
+    # --- dtypes ---
+    @abc.abstractmethod
+    def is_bf16_supported(self) -> bool: ...
+
+    @abc.abstractmethod
+    def is_fp16_supported(self) -> bool: ...
+
+    def supported_dtypes(self) -> list[torch.dtype]:
+        dtypes = [torch.float32]
+        if self.is_bf16_supported():
+            dtypes.append(torch.bfloat16)
+        if self.is_fp16_supported():
+            dtypes.append(torch.float16)
+        return dtypes
+
+    # --- memory statistics (bytes) ---
+    @abc.abstractmethod
+    def memory_allocated(self, device_index: int | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def max_memory_allocated(self, device_index: int | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def memory_reserved(self, device_index: int | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def max_memory_reserved(self, device_index: int | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def total_memory(self, device_index: int | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def available_memory(self, device_index: int | None = None) -> int: ...
+
+    @abc.abstractmethod
+    def memory_stats_source(self) -> str:
+        """Where the memory figures come from, e.g. "caching allocator" or "process RSS"."""
+
+    # --- host memory pinning: delegated to the zero-pin backend selected by DS_PIN_MEMORY_BACKEND ---
+    def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
+        return zero_pin.pin_memory(tensor, make_copy=make_copy, match_shape=match_shape)
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return zero_pin.is_pinned(tensor)
+
+    def unpin_memory(self, tensor: torch.Tensor) -> bool:
+        return zero_pin.unpin_memory(tensor)

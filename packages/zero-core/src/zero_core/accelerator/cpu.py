@@ -1,0 +1,83 @@
+"""The CPU accelerator: gloo, host memory, and memory figures from a tracker or the process RSS."""
+from __future__ import annotations
+
+import torch
+
+from ..memory.active import active_tracker
+from . import _host_memory
+from .abstract import Accelerator
+
+
+class CpuAccelerator(Accelerator):
+    """All ranks on a host share one "device", the host itself.
+
+    CPU has no allocator statistics. Inside a region profiled by a storage tracker
+    (zero_core.memory.StorageTracker) memory_allocated and its peak are the tracker's
+    exact figures; elsewhere they are the process RSS and its high-water mark.
+    `memory_stats_source()` says which.
+    """
+
+    name = "cpu"
+    detect_priority = 0
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        return True, "always available"
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def device_name(self, device_index: int | None = None) -> str:
+        return "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def current_device(self) -> int:
+        return 0
+
+    def set_device(self, device_index: int) -> None:
+        if device_index != 0:
+            raise ValueError(f"the cpu accelerator has one device, index 0 (got {device_index})")
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """CPU kernels run synchronously, so there is nothing to wait for."""
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def is_bf16_supported(self) -> bool:
+        return True
+
+    def is_fp16_supported(self) -> bool:
+        return True
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        tracker = active_tracker()
+        return tracker.current_bytes("cpu") if tracker else _host_memory.rss_bytes()
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        tracker = active_tracker()
+        return tracker.peak_bytes("cpu") if tracker else _host_memory.peak_rss_bytes()
+
+    # The host has no caching allocator: what is reserved is what is resident.
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        return _host_memory.rss_bytes()
+
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
+        return _host_memory.peak_rss_bytes()
+
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
+        tracker = active_tracker()
+        if tracker:
+            tracker.reset_peak()
+        _host_memory.reset_peak_rss()
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        return _host_memory.total_bytes()
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        return _host_memory.available_bytes()
+
+    def memory_stats_source(self) -> str:
+        return "storage tracker" if active_tracker() else "process RSS"

@@ -1,0 +1,97 @@
+"""A storage tracker: exact bytes of tensor storages allocated inside a region.
+
+Like torch.distributed._tools.mem_tracker, it is a TorchDispatchMode that sees every
+op's outputs, counts each new storage once (views share their base's storage), and
+subtracts it when a weak-reference callback says the storage died. It works for CPU
+tensors, where no allocator statistics exist. Storages only C++ holds are still seen,
+because they were created by an op under the mode; storages resized in place are not
+(the allocator events of torch.profiler see those, see DESIGN.md).
+"""
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .active import pop_tracker, push_tracker
+
+# Called with (storage nbytes, device string) when a new storage appears; the ledger
+# uses it to label storages it does not own as activations or other.
+AllocationListener = Callable[[torch.UntypedStorage, str], None]
+
+
+class StorageTracker(TorchDispatchMode):
+    """Use as a context manager; figures are per device type ("cpu", "cuda", ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._current: dict[str, int] = defaultdict(int)
+        self._peak: dict[str, int] = defaultdict(int)
+        self._seen: dict[int, weakref.ref] = {}
+        self._listeners: list[AllocationListener] = []
+
+    # --- figures ---
+    def current_bytes(self, device: str) -> int:
+        return self._current[device]
+
+    def peak_bytes(self, device: str) -> int:
+        return self._peak[device]
+
+    def reset_peak(self) -> None:
+        for device, value in self._current.items():
+            self._peak[device] = value
+
+    def add_listener(self, listener: AllocationListener) -> None:
+        self._listeners.append(listener)
+
+    # --- tracking ---
+    def track(self, tensor: torch.Tensor) -> None:
+        """Count a tensor's storage if it is new (also usable outside the mode, e.g. for inputs)."""
+        if tensor.device.type == "meta" or _is_fake(tensor):
+            return
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        known = self._seen.get(key)
+        if known is not None and known() is storage:
+            return
+        device = tensor.device.type
+        nbytes = storage.nbytes()
+        self._seen[key] = weakref.ref(storage, self._on_free(key, device, nbytes))
+        self._current[device] += nbytes
+        self._peak[device] = max(self._peak[device], self._current[device])
+        for listener in self._listeners:
+            listener(storage, device)
+
+    def _on_free(self, key: int, device: str, nbytes: int) -> Callable[[Any], None]:
+        def release(_ref: Any) -> None:
+            if self._seen.get(key) is _ref:
+                del self._seen[key]
+            self._current[device] -= nbytes
+
+        return release
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        outputs = func(*args, **(kwargs or {}))
+        flat, _ = tree_flatten(outputs)
+        for item in flat:
+            if isinstance(item, torch.Tensor):
+                self.track(item)
+        return outputs
+
+    def __enter__(self) -> "StorageTracker":
+        push_tracker(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        pop_tracker(self)
+
+
+def _is_fake(tensor: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)

@@ -1,0 +1,65 @@
+"""Assemble `zero report` as JSON data and as plain text."""
+from __future__ import annotations
+
+from zero_plugins import CommandResult, format_table, installed_zero_distributions
+
+from . import _collect
+
+
+def build_report() -> CommandResult:
+    data = {
+        "python": _collect.python_facts(),
+        "torch": _collect.torch_facts(),
+        "zero": installed_zero_distributions(),
+        "accelerator": _collect.accelerator_facts(),
+        "pinning": _collect.pin_facts(),
+        "build_tools": _collect.build_tool_facts(),
+        "plugins": _collect.plugin_facts(),
+    }
+    return CommandResult(data, render(data))
+
+
+def _bytes_or_unlimited(value: int | None) -> str:
+    return "unlimited" if value is None else f"{value} bytes"
+
+
+def render(data: dict) -> str:
+    accel = data["accelerator"]
+    pin = data["pinning"]
+    tools = data["build_tools"]
+    general = [
+        ("python", f"{data['python']['version']} ({data['python']['executable']})"),
+        ("torch", f"{data['torch']['version']} ({data['torch']['path']})"),
+        ("torch cuda", data["torch"]["cuda"] or "none"),
+        *((name, version) for name, version in data["zero"].items()),
+        ("accelerator", f"{accel['selected']} ({accel['reason']})"),
+        ("memory figures", accel["memory_stats_source"]),
+        ("memlock limit", f"soft {_bytes_or_unlimited(pin['memlock_limit']['soft'])}, "
+         f"hard {_bytes_or_unlimited(pin['memlock_limit']['hard'])}"),
+        ("native pin op", f"{pin['native_op']['state']} ({pin['native_op']['detail']})"),
+        ("ninja", tools["ninja"] or "not found"),
+        ("C++ compiler", tools["cxx_compiler"] or "not found"),
+    ]
+    sections = [
+        "zero report",
+        format_table(["item", "value"], general),
+        "accelerators",
+        format_table(
+            ["name", "available", "reason", "distribution"],
+            [(a["name"], "yes" if a["available"] else "no", a["reason"], a["distribution"]) for a in accel["accelerators"]],
+        ),
+        "pin backends (DS_PIN_MEMORY_BACKEND)",
+        format_table(
+            ["name", "available", "selected", "reason", "distribution"],
+            [
+                (b["name"], "yes" if b["available"] else "no", "*" if b["selected"] else "", b["reason"], b["distribution"])
+                for b in pin["backends"]
+            ],
+        ),
+        "plugins",
+        format_table(
+            ["plugin", "distribution", "hooks"],
+            [(p["name"], f"{p['distribution']} {p['version']}".strip(), ", ".join(p["hooks"])) for p in data["plugins"]],
+        ),
+    ]
+    return "\n\n".join(sections)

@@ -1,0 +1,65 @@
+"""Facts for `zero report`, each gathered without raising where a fact can be missing."""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+
+import torch
+import zero_pin
+from zero_plugins import plugin_infos
+
+from ..accelerator import accelerator_registry, get_selection
+
+
+def python_facts() -> dict:
+    return {"version": platform.python_version(), "executable": sys.executable}
+
+
+def torch_facts() -> dict:
+    return {
+        "version": torch.__version__,
+        "path": os.path.dirname(torch.__file__),
+        "cuda": torch.version.cuda,
+    }
+
+
+def accelerator_facts() -> dict:
+    """The chosen accelerator and why; raises the selection error for a bad DS_ACCELERATOR."""
+    selection = get_selection()
+    available = []
+    for name, registration in sorted(accelerator_registry.registrations().items()):
+        usable, reason = registration.cls.is_available()
+        available.append(
+            {
+                "name": name,
+                "available": usable,
+                "reason": reason,
+                "distribution": registration.provider.distribution,
+            }
+        )
+    return {
+        "selected": selection.accelerator.name,
+        "reason": selection.reason,
+        "memory_stats_source": selection.accelerator.memory_stats_source(),
+        "accelerators": available,
+    }
+
+
+def build_tool_facts() -> dict:
+    compiler_names = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    compiler = next((path for path in map(shutil.which, compiler_names) if path), None)
+    return {"ninja": shutil.which("ninja"), "cxx_compiler": compiler}
+
+
+def pin_facts() -> dict:
+    return {
+        "backends": zero_pin.backend_statuses(),
+        "memlock_limit": zero_pin.memlock_limit(),
+        "native_op": zero_pin.native_build_state(),
+    }
+
+
+def plugin_facts() -> list[dict]:
+    return [info.as_dict() for info in plugin_infos()]
