@@ -1,6 +1,25 @@
-"""zero-core: ZeRO stages 0-3 over torch.distributed, accelerators, config and the memory ledger."""
-from .__about__ import __version__
-from .accelerator import Accelerator, get_accelerator, set_accelerator
-from .memory import StorageTracker
+"""zero-core: ZeRO stages 0-3 over torch.distributed, accelerators, config and the memory ledger.
 
-__all__ = ["Accelerator", "StorageTracker", "__version__", "get_accelerator", "set_accelerator"]
+Exports load on first use (see zero_plugins.lazy_exports) so that loading the `zero`
+entry point, which imports this package, does not import torch.
+"""
+from typing import TYPE_CHECKING
+
+from zero_plugins import lazy_exports
+
+from .__about__ import __version__
+
+_EXPORTS = {
+    "Accelerator": ".accelerator",
+    "get_accelerator": ".accelerator",
+    "set_accelerator": ".accelerator",
+    "StorageTracker": ".memory",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from .accelerator import Accelerator, get_accelerator, set_accelerator
+    from .memory import StorageTracker
+
+__all__ = ["__version__", *_EXPORTS]

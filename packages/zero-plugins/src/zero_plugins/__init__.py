@@ -1,6 +1,7 @@
 """Plugin machinery shared by the zero-* packages (pluggy project and entry-point group `zero`)."""
 from ._distribution import Provenance
 from ._errors import PluginError, ZeroError
+from ._lazy import lazy_exports
 from ._listing import PluginInfo, plugin_infos
 from ._manager import (
     DISABLE_ENV,
@@ -32,6 +33,7 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
     "installed_zero_distributions",
+    "lazy_exports",
     "hookspec",
     "plugin_infos",
     "reset_plugin_manager",

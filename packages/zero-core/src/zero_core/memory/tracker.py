@@ -87,8 +87,8 @@ class StorageTracker(TorchDispatchMode):
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
+        pop_tracker(self)  # first: it refuses an out-of-order exit before torch's mode stack changes
         super().__exit__(*exc)
-        pop_tracker(self)
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:

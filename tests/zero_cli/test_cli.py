@@ -1,0 +1,95 @@
+"""The `zero` command: --version, plugins, subcommands from plugins, errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from zero_cli import main
+from zero_plugins import CommandResult, ZeroError, hookimpl, installed_zero_distributions
+
+
+def run_zero(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zero_cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_version_lists_every_installed_zero_distribution():
+    result = run_zero("--version")
+    assert result.returncode == 0
+    lines = result.stdout.strip().splitlines()
+    assert lines == [f"{name} {version}" for name, version in installed_zero_distributions().items()]
+    assert "zero-cli 0.1.0" in lines
+
+
+def test_plugins_json_is_json_alone_on_stdout():
+    result = run_zero("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    plugins = {entry["name"]: entry for entry in json.loads(result.stdout)}
+    assert plugins["cli"]["distribution"] == "zero-cli"
+    assert plugins["cli"]["hooks"] == ["zero_register_commands"]
+
+
+def test_plugins_table_has_headers():
+    result = run_zero("plugins")
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0].split() == ["plugin", "distribution", "state", "hooks"]
+
+
+def test_no_command_prints_usage_to_stderr_and_fails():
+    result = run_zero()
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "usage: zero" in result.stderr
+
+
+class Greeter:
+    @hookimpl
+    def zero_register_commands(self, cli):  # type: ignore[no-untyped-def]
+        cli.add_command(
+            "greet",
+            help="say hello",
+            add_arguments=lambda parser: parser.add_argument("who"),
+            run=self.run,
+        )
+
+    @staticmethod
+    def run(args):  # type: ignore[no-untyped-def]
+        if args.who == "nobody":
+            raise ZeroError("greet: 'nobody' is not a name; pass a name")
+        return CommandResult({"greeting": f"hello {args.who}"}, f"hello {args.who}")
+
+
+def test_plugin_command_prints_text_or_json(plugin_manager, capsys):
+    plugin_manager.register(Greeter(), name="greeter")
+    assert main(["greet", "ada"]) == 0
+    assert capsys.readouterr().out == "hello ada\n"
+    assert main(["greet", "ada", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"greeting": "hello ada"}
+
+
+def test_user_errors_are_one_line_on_stderr(plugin_manager, capsys):
+    plugin_manager.register(Greeter(), name="greeter")
+    assert main(["greet", "nobody", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "zero: error: greet: 'nobody' is not a name; pass a name\n"
+
+
+def test_two_plugins_claiming_one_command_fail(plugin_manager, capsys):
+    plugin_manager.register(Greeter(), name="greeter")
+    plugin_manager.register(Greeter(), name="greeter-again")
+    assert main(["plugins"]) == 1
+    assert "command 'greet' is registered twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["plugins", "--json"], ["--version"]])
+def test_cli_never_imports_torch(args):
+    """Entry-point modules must stay light: `zero` starts without importing torch."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "zero_cli", *args], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    assert "zero_cli" in imported
+    assert not [name for name in imported if name.split(".")[0] in {"torch", "numpy"}]

@@ -1,0 +1,50 @@
+"""The process-wide manager: entry points, ZERO_DISABLE_PLUGINS, listing."""
+from __future__ import annotations
+
+from importlib import metadata
+
+from zero_plugins import disabled_plugin_names, get_plugin_manager, hookimpl, plugin_infos, reset_plugin_manager
+
+
+def installed_zero_entry_points() -> set[str]:
+    return {ep.name for ep in metadata.entry_points(group="zero")}
+
+
+def test_manager_loads_every_installed_entry_point(plugin_manager):
+    loaded = {name for name, plugin in plugin_manager.list_name_plugin() if plugin is not None}
+    assert installed_zero_entry_points() <= loaded
+
+
+def test_manager_is_shared_until_reset(plugin_manager):
+    assert get_plugin_manager() is plugin_manager
+    reset_plugin_manager()
+    assert get_plugin_manager() is not plugin_manager
+
+
+def test_disabled_plugins_are_not_loaded_and_listed_as_disabled(monkeypatch, plugin_manager):
+    victim = sorted(installed_zero_entry_points())[0]
+    monkeypatch.setenv("ZERO_DISABLE_PLUGINS", f" {victim} , ,other")
+    assert disabled_plugin_names() == [victim, "other"]
+    reset_plugin_manager()
+    manager = get_plugin_manager()
+    assert manager.is_blocked(victim)
+    assert manager.get_plugin(victim) is None
+    infos = {info.name: info for info in plugin_infos()}
+    assert infos[victim].enabled is False
+    assert infos["other"].enabled is False
+
+
+def test_listing_names_hooks_and_distribution(plugin_manager):
+    class Direct:
+        @hookimpl
+        def zero_register_commands(self, cli):  # type: ignore[no-untyped-def]
+            pass
+
+    plugin_manager.register(Direct(), name="direct")
+    infos = {info.name: info for info in plugin_infos()}
+    assert infos["direct"].hooks == ["zero_register_commands"]
+    assert infos["direct"].distribution == "registered directly"
+    for name in installed_zero_entry_points():
+        dist = infos[name].distribution
+        assert dist.startswith("zero-"), (name, dist)
+        assert infos[name].version == metadata.version(dist)
