@@ -1,0 +1,39 @@
+# Two commands do all of the set-up (see README.md):
+#   make run    builds the dev environment if needed and runs the main job
+#   make test   builds it if needed and runs every check CI runs
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PACKAGES := $(sort $(wildcard packages/*))
+LAYERS := ../shared/tools/check_layers.py
+# tox finds the other Pythons through pyenv when they are installed; missing ones are skipped.
+PYENV_PYTHONS := $(shell ls $(HOME)/.pyenv/versions 2>/dev/null | grep -E '^3\.1[0-3]\.[0-9]+$$' | sort -t. -k2,2n | paste -sd: -)
+NO_TORCH_ENVS := plugins-py310,plugins-py311,plugins-py312,plugins-py313,cli-py310,cli-py311,cli-py312,cli-py313,estimate-py310,estimate-py311,estimate-py312,estimate-py313
+
+.PHONY: run test test-fast tox-all clean
+
+$(VENV)/.installed: requirements-dev.txt $(addsuffix /pyproject.toml,$(PACKAGES))
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -r requirements-dev.txt $(addprefix -e ,$(PACKAGES))
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/zero report
+
+test: test-fast
+	PYENV_VERSION=$(PYENV_PYTHONS) $(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
+
+# The whole suite in the dev environment (every package installed), plus the layering check.
+test-fast: $(VENV)/.installed
+	@if [ -f $(LAYERS) ]; then $(BIN)/python $(LAYERS) .; fi
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+
+# Every package alone, including the torch ones (slower: each env installs torch).
+tox-all: $(VENV)/.installed
+	PYENV_VERSION=$(PYENV_PYTHONS) $(BIN)/tox run
+
+clean:
+	rm -rf $(VENV) .tox

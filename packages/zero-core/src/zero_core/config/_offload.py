@@ -1,0 +1,38 @@
+"""`zero_optimization.offload_param` and `offload_optimizer` (DeepSpeed's offload_config)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from ._base import ConfigModel
+from ._types import Bool, NonNegInt
+
+OffloadDevice = Literal["none", "cpu", "nvme"]
+
+
+class OffloadParamConfig(ConfigModel):
+    """Where partitioned parameters live between uses (stage 3 only)."""
+
+    device: OffloadDevice = "none"
+    nvme_path: Path | None = None
+    buffer_count: NonNegInt = 5
+    buffer_size: NonNegInt = 100_000_000
+    max_in_cpu: NonNegInt = 1_000_000_000
+    pin_memory: Bool = True
+
+
+class OffloadOptimizerConfig(ConfigModel):
+    """Where optimizer state lives; the step runs on CPU for both "cpu" and "nvme"."""
+
+    IGNORED = frozenset({"ratio", "super_offload", "cpuadam_cores_perc"})
+
+    device: OffloadDevice = "none"
+    nvme_path: Path | None = None
+    # Adam swaps 4 tensors per parameter (param, grad, m, v), hence DeepSpeed's 4.
+    buffer_count: NonNegInt = Field(4)
+    pin_memory: Bool = True
+    pipeline_read: Bool = False
+    pipeline_write: Bool = False
+    fast_init: Bool = False

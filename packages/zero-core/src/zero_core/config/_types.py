@@ -1,0 +1,43 @@
+"""Field types that take JSON values as JSON spells them.
+
+pydantic's lax mode would read `true` as 1 and `"yes"` as true; in a config those are mistakes,
+so integers and numbers refuse booleans and strings, and booleans are strict.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field, StrictBool
+
+AUTO = "auto"
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool) or isinstance(value, str):
+        raise ValueError("must be a number")
+    return value
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _not_auto(value: Any) -> Any:
+    # Only the Hugging Face Trainer integration knows what "auto" should become (lr from its arguments, ...).
+    if value == AUTO:
+        raise ValueError('must be a value, not "auto" (only the Hugging Face Trainer fills "auto" in)')
+    return value
+
+
+Bool = StrictBool
+# 5e8 is a float in JSON; pydantic turns whole floats into ints and refuses 1.5.
+Int = Annotated[int, BeforeValidator(_json_number)]
+NonNegInt = Annotated[Int, Field(ge=0)]
+PositiveInt = Annotated[Int, Field(gt=0)]
+Float = Annotated[float, BeforeValidator(_json_number), AfterValidator(_finite)]
+NonNegFloat = Annotated[Float, Field(ge=0)]
+# Free-form values handed to a constructor (optimizer/scheduler params): anything but "auto".
+Param = Annotated[Any, AfterValidator(_not_auto)]
