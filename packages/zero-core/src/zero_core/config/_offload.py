@@ -4,8 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
-
 from ._base import ConfigModel
 from ._types import Bool, NonNegInt
 
@@ -31,7 +29,7 @@ class OffloadOptimizerConfig(ConfigModel):
     device: OffloadDevice = "none"
     nvme_path: Path | None = None
     # Adam swaps 4 tensors per parameter (param, grad, m, v), hence DeepSpeed's 4.
-    buffer_count: NonNegInt = Field(4)
+    buffer_count: NonNegInt = 4
     pin_memory: Bool = True
     pipeline_read: Bool = False
     pipeline_write: Bool = False

@@ -1,0 +1,45 @@
+"""Rules that span keys or blocks, applied once the types are valid."""
+from __future__ import annotations
+
+from ._errors import ConfigError
+from ._model import ZeroConfig
+
+
+def check_consistency(config: ZeroConfig) -> None:
+    """Raise ConfigError for settings that are valid one by one but not together."""
+    if config.fp16.enabled and config.bf16.enabled:
+        raise ConfigError("bf16.enabled", "cannot be true while fp16.enabled is true; enable one of them")
+    fp16 = config.fp16
+    # DeepSpeed's dynamic scaler divides by the window and floors the scale at the minimum.
+    if fp16.enabled and fp16.dynamic:
+        if fp16.loss_scale_window <= 0:
+            raise ConfigError(
+                "fp16.loss_scale_window", f"must be > 0 with dynamic loss scaling (got {fp16.loss_scale_window})"
+            )
+        if fp16.min_loss_scale <= 0:
+            raise ConfigError(
+                "fp16.min_loss_scale", f"must be > 0 with dynamic loss scaling (got {fp16.min_loss_scale})"
+            )
+    zero = config.zero_optimization
+    for name in ("offload_param", "offload_optimizer"):
+        block = getattr(zero, name)
+        if block is not None and block.device == "nvme" and block.nvme_path is None:
+            raise ConfigError(
+                f"zero_optimization.{name}.nvme_path",
+                'is required when device is "nvme"; set it to a directory on the NVMe drive',
+            )
+
+
+def drop_offload_unused_by_stage(config: ZeroConfig) -> list[str]:
+    """Clear the offload blocks the stage does not use, as DeepSpeed ignores them; returns their paths."""
+    zero = config.zero_optimization
+    dropped = []
+    # Parameters are partitioned, and so can be offloaded, only at stage 3.
+    if zero.stage < 3 and zero.offload_param is not None and zero.offload_param.device != "none":
+        zero.offload_param = None
+        dropped.append("zero_optimization.offload_param")
+    # At stage 0 there is no ZeRO optimizer to move off the device.
+    if zero.stage == 0 and zero.offload_optimizer is not None and zero.offload_optimizer.device != "none":
+        zero.offload_optimizer = None
+        dropped.append("zero_optimization.offload_optimizer")
+    return dropped

@@ -1,0 +1,105 @@
+"""`zero_optimization` block (DeepSpeed's runtime/zero/config)."""
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+
+from ._base import ConfigModel
+from ._offload import OffloadOptimizerConfig, OffloadParamConfig
+from ._types import Bool, Int, NonNegInt, PositiveInt
+
+
+def _stage3(name: str, *older: str) -> AliasChoices:
+    """DeepSpeed accepts stage-3 keys with and without the `stage3_` prefix; our attribute keeps the prefix."""
+    return AliasChoices(f"stage3_{name}", name, *older)
+
+
+class ZeroOptimizationConfig(ConfigModel):
+    """Which state is partitioned (stage 0-3), the bucket sizes, stage-3 prefetching and offload."""
+
+    IGNORED = frozenset(
+        {
+            "use_multi_rank_bucket_allreduce",
+            "compute_grad_norm",
+            "load_from_fp32_weights",
+            "elastic_checkpoint",
+            "zenflow",
+            "cpu_offload_use_pin_memory",
+            "stage3_model_persistence_threshold",
+            "model_persistence_threshold",
+            "stage3_module_granularity_threshold",
+            "module_granularity_threshold",
+            "stage3_use_all_reduce_for_fetch_params",
+            "use_all_reduce_for_fetch_params",
+            "stage3_allgather_sequential",
+            "allgather_sequential",
+            "ignore_unused_parameters",
+            "legacy_stage1",
+            "round_robin_gradients",
+            "parameter_alignment",
+            "zero_hpz_partition_size",
+            "zero_quantized_weights",
+            "zero_quantized_nontrainable_weights",
+            "zero_quantized_gradients",
+            "pipeline_loading_checkpoint",
+            "override_module_apply",
+            "log_trace_cache_warnings",
+            "enable_sanity_checks",
+            "save_muon_momentum_buffer_in_memory",
+            "leaf_module",
+        }
+    )
+    REMOVED = {
+        "mics_shard_size": "MiCS sharding was removed from DeepSpeed",
+        "mics_hierarchical_params_gather": "MiCS sharding was removed from DeepSpeed",
+        "zeropp_loco_param": "LoCo-ZeRO++ was removed from DeepSpeed",
+    }
+
+    stage: Int = 0
+    contiguous_gradients: Bool = True
+    reduce_scatter: Bool = True
+    reduce_bucket_size: PositiveInt = 500_000_000
+    allgather_partitions: Bool = True
+    allgather_bucket_size: NonNegInt = 500_000_000
+    # None means DeepSpeed's default, which depends on the stage: on for stage 3 only (resolved below).
+    overlap_comm: Bool | None = None
+    offload_param: OffloadParamConfig | None = None
+    offload_optimizer: OffloadOptimizerConfig | None = None
+    sub_group_size: NonNegInt = 1_000_000_000
+    # Deprecated booleans of older DeepSpeed releases: true means offload to "cpu".
+    cpu_offload: Bool | None = None
+    cpu_offload_param: Bool | None = None
+    stage3_prefetch_bucket_size: NonNegInt = Field(50_000_000, validation_alias=_stage3("prefetch_bucket_size"))
+    stage3_param_persistence_threshold: NonNegInt = Field(
+        100_000, validation_alias=_stage3("param_persistence_threshold")
+    )
+    stage3_max_live_parameters: NonNegInt = Field(1_000_000_000, validation_alias=_stage3("max_live_parameters"))
+    stage3_max_reuse_distance: NonNegInt = Field(1_000_000_000, validation_alias=_stage3("max_reuse_distance"))
+    stage3_gather_16bit_weights_on_model_save: Bool = Field(
+        False,
+        validation_alias=_stage3("gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"),
+    )
+    memory_efficient_linear: Bool = True
+
+    @field_validator("stage")
+    @classmethod
+    def _known_stage(cls, stage: int) -> int:
+        if stage not in (0, 1, 2, 3):
+            raise ValueError("must be 0, 1, 2 or 3")
+        return stage
+
+    @model_validator(mode="after")
+    def _resolve_defaults(self) -> ZeroOptimizationConfig:
+        if self.overlap_comm is None:
+            self.overlap_comm = self.stage == 3
+        self._take_legacy("cpu_offload", "offload_optimizer", OffloadOptimizerConfig)
+        self._take_legacy("cpu_offload_param", "offload_param", OffloadParamConfig)
+        return self
+
+    def _take_legacy(self, old: str, new: str, block: type[ConfigModel]) -> None:
+        if old not in self.model_fields_set:
+            return
+        # As DeepSpeed does: the old and the new key together are ambiguous.
+        if new in self.model_fields_set:
+            raise ValueError(f"{old} (deprecated) and {new} are both given; keep only {new}")
+        if getattr(self, old):
+            setattr(self, new, block(device="cpu"))
