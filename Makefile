@@ -6,8 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := $(sort $(wildcard packages/*))
 LAYERS := ../shared/tools/check_layers.py
-# tox finds the other Pythons through pyenv when they are installed; missing ones are skipped.
-PYENV_PYTHONS := $(shell ls $(HOME)/.pyenv/versions 2>/dev/null | grep -E '^3\.1[0-3]\.[0-9]+$$' | sort -t. -k2,2n | paste -sd: -)
+# tox finds Pythons 3.10-3.13 on PATH; pyenv's are added there when installed, missing ones are skipped.
+empty :=
+space := $(empty) $(empty)
+TOX_PATH := $(subst $(space),:,$(strip $(PATH) $(wildcard $(HOME)/.pyenv/versions/3.1[0-3].*/bin)))
 NO_TORCH_ENVS := plugins-py310,plugins-py311,plugins-py312,plugins-py313,cli-py310,cli-py311,cli-py312,cli-py313,estimate-py310,estimate-py311,estimate-py312,estimate-py313
 
 .PHONY: run test test-fast tox-all clean
@@ -24,7 +26,7 @@ run: $(VENV)/.installed
 	$(BIN)/zero report
 
 test: test-fast
-	PYENV_VERSION=$(PYENV_PYTHONS) $(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
+	PATH="$(TOX_PATH)" $(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
 
 # The whole suite in the dev environment (every package installed), plus the layering check.
 test-fast: $(VENV)/.installed
@@ -33,7 +35,7 @@ test-fast: $(VENV)/.installed
 
 # Every package alone, including the torch ones (slower: each env installs torch).
 tox-all: $(VENV)/.installed
-	PYENV_VERSION=$(PYENV_PYTHONS) $(BIN)/tox run
+	PATH="$(TOX_PATH)" $(BIN)/tox run
 
 clean:
 	rm -rf $(VENV) .tox

@@ -1,3 +1,38 @@
+"""zero-pin: page-locked host memory through pluggable backends (`torch`, `native`, or a plugin's).
+
+DS_PIN_MEMORY_BACKEND selects the backend (default `torch`). Importing this package does not
+import torch; the backends do, when first used.
+"""
+from ._accounting import pinned_memory_stats, pinned_memory_summary, track_pinned_storage
+from ._backend import PinBackend
+from ._errors import MemlockLimitError, NativeBuildError, PinError
+from ._memlock import memlock_limit
+from ._native_build import native_build_state
+from ._select import (
+    available_backends,
+    backend_statuses,
+    get_backend,
+    is_pinned,
+    pin_memory,
+    unpin_memory,
+)
 from .__about__ import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "MemlockLimitError",
+    "NativeBuildError",
+    "PinBackend",
+    "PinError",
+    "__version__",
+    "available_backends",
+    "backend_statuses",
+    "get_backend",
+    "is_pinned",
+    "memlock_limit",
+    "native_build_state",
+    "pin_memory",
+    "pinned_memory_stats",
+    "pinned_memory_summary",
+    "track_pinned_storage",
+    "unpin_memory",
+]

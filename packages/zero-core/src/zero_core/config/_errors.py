@@ -54,6 +54,7 @@ _PHRASES = {
     "bool_type": "must be true or false",
     "bool_parsing": "must be true or false",
     "string_type": "must be a string",
+    "string_too_short": "must not be empty",
     "path_type": "must be a path (a string)",
     "dict_type": "must be an object",
     "model_type": "must be an object",

@@ -13,8 +13,14 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictBool
 AUTO = "auto"
 
 
-def _json_number(value: Any) -> Any:
-    if isinstance(value, bool) or isinstance(value, str):
+def _json_int(value: Any) -> Any:
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be an integer")
+    return value
+
+
+def _json_float(value: Any) -> Any:
+    if isinstance(value, (bool, str)):
         raise ValueError("must be a number")
     return value
 
@@ -28,16 +34,16 @@ def _finite(value: float) -> float:
 def _not_auto(value: Any) -> Any:
     # Only the Hugging Face Trainer integration knows what "auto" should become (lr from its arguments, ...).
     if value == AUTO:
-        raise ValueError('must be a value, not "auto" (only the Hugging Face Trainer fills "auto" in)')
+        raise ValueError('must be a concrete value; only the Hugging Face Trainer fills in "auto"')
     return value
 
 
 Bool = StrictBool
 # 5e8 is a float in JSON; pydantic turns whole floats into ints and refuses 1.5.
-Int = Annotated[int, BeforeValidator(_json_number)]
+Int = Annotated[int, BeforeValidator(_json_int)]
 NonNegInt = Annotated[Int, Field(ge=0)]
 PositiveInt = Annotated[Int, Field(gt=0)]
-Float = Annotated[float, BeforeValidator(_json_number), AfterValidator(_finite)]
+Float = Annotated[float, BeforeValidator(_json_float), AfterValidator(_finite)]
 NonNegFloat = Annotated[Float, Field(ge=0)]
 # Free-form values handed to a constructor (optimizer/scheduler params): anything but "auto".
 Param = Annotated[Any, AfterValidator(_not_auto)]

@@ -30,13 +30,19 @@ struct SystemCallError : std::exception {
 
 class LockedBlock {
 public:
-    explicit LockedBlock(size_t requested)
+    // mlock locks whole pages: round up (at least one page) so the size we count is the kernel's.
+    static size_t locked_size(size_t requested)
     {
-        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const size_t page = page_size();
         if (requested > SIZE_MAX - page) { throw std::bad_alloc(); }
-        // mlock locks whole pages: round up so the size we report is what the kernel counts.
-        size_ = std::max(page, (requested + page - 1) / page * page);
-        if (int err = posix_memalign(&ptr_, page, size_)) { throw SystemCallError(err, "posix_memalign"); }
+        return std::max(page, (requested + page - 1) / page * page);
+    }
+
+    explicit LockedBlock(size_t requested) : size_(locked_size(requested))
+    {
+        if (int err = posix_memalign(&ptr_, page_size(), size_)) {
+            throw SystemCallError(err, "posix_memalign");
+        }
         if (mlock(ptr_, size_) != 0) {
             const int err = errno;
             std::free(ptr_);
@@ -65,10 +71,11 @@ public:
 
     void* data() const { return ptr_; }
     size_t size() const { return size_; }
-    bool locked() const { return locked_; }
     uintptr_t address() const { return reinterpret_cast<uintptr_t>(ptr_); }
 
 private:
+    static size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
     void* ptr_ = nullptr;
     size_t size_ = 0;
     bool locked_ = false;
@@ -86,13 +93,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
             PyErr_SetFromErrnoWithFilename(PyExc_OSError, e.call);
         }
     });
+    m.def("locked_size", &LockedBlock::locked_size, py::arg("nbytes"));
     py::class_<LockedBlock>(m, "LockedBlock", py::buffer_protocol())
         // mlock of a large block faults in every page: let other threads run meanwhile.
         .def(py::init<size_t>(), py::arg("nbytes"), py::call_guard<py::gil_scoped_release>())
         .def("unlock", &LockedBlock::unlock)
         .def_property_readonly("address", &LockedBlock::address)
         .def_property_readonly("nbytes", &LockedBlock::size)
-        .def_property_readonly("locked", &LockedBlock::locked)
         .def_buffer([](LockedBlock& b) {
             return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
                                    {static_cast<py::ssize_t>(b.size())}, {1});

@@ -1,0 +1,28 @@
+"""The ds_config: DeepSpeed's JSON config read with DeepSpeed's keys, aliases and defaults (no torch needed).
+
+`load_config(path_or_dict, world_size=N)` is the entry point; docs/config.md lists every key.
+"""
+from ._aio import AioConfig
+from ._errors import ConfigError, IgnoredConfigKeysWarning
+from ._loader import load_config
+from ._model import ZeroConfig
+from ._offload import OffloadDevice, OffloadOptimizerConfig, OffloadParamConfig
+from ._optim import OptimizerConfig, SchedulerConfig
+from ._precision import BF16Config, FP16Config
+from ._zero import ZeroOptimizationConfig
+
+__all__ = [
+    "AioConfig",
+    "BF16Config",
+    "ConfigError",
+    "FP16Config",
+    "IgnoredConfigKeysWarning",
+    "OffloadDevice",
+    "OffloadOptimizerConfig",
+    "OffloadParamConfig",
+    "OptimizerConfig",
+    "SchedulerConfig",
+    "ZeroConfig",
+    "ZeroOptimizationConfig",
+    "load_config",
+]

@@ -1,0 +1,84 @@
+"""load_config: a ds_config path or dict -> ZeroConfig, or one ConfigError."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ._batch import resolve_batch_sizes
+from ._checks import check_consistency, drop_offload_unused_by_stage
+from ._errors import ConfigError, IgnoredConfigKeysWarning, from_validation_error
+from ._keys import screen
+from ._model import ZeroConfig
+
+
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_size: int | None = None) -> ZeroConfig:
+    """Read a DeepSpeed ds_config (a JSON file's path, or a dict) as DeepSpeed 0.19 would.
+
+    With `world_size`, the batch settings are completed and checked
+    (train_batch_size = micro batch * accumulation steps * world size); without it they are left as given.
+    DeepSpeed keys that zero does not implement are listed in `.ignored_keys` and in one
+    IgnoredConfigKeysWarning. Every problem is a ConfigError whose message is one line.
+    """
+    raw = source if isinstance(source, Mapping) else _read_json(Path(source))
+    ignored: list[str] = []
+    data = screen(ZeroConfig, raw, ignored)
+    try:
+        config = ZeroConfig.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    ignored += drop_offload_unused_by_stage(config)
+    check_consistency(config)
+    if world_size is not None:
+        resolve_batch_sizes(config, world_size)
+    config._ignored_keys = ignored
+    if ignored:
+        warnings.warn(
+            IgnoredConfigKeysWarning(
+                f"zero accepts but ignores these DeepSpeed config keys: {', '.join(ignored)} (see docs/config.md)"
+            ),
+            stacklevel=2,
+        )
+    return config
+
+
+def _read_json(path: Path) -> Mapping[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("", f"config file {path}: not found") from None
+    except OSError as exc:
+        raise ConfigError("", f"config file {path}: cannot be read ({exc.strerror})") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise ConfigError("", f"config file {path}: not valid JSON ({exc.msg} at {where})") from None
+    except _DuplicateKey as exc:
+        raise ConfigError("", f'config file {path}: key "{exc.key}" appears twice in one object; keep one') from None
+    if not isinstance(data, Mapping):
+        raise ConfigError("", f"config file {path}: must hold a JSON object (got {type(data).__name__})")
+    return data
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys silently; DeepSpeed refuses them, and so do we.
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return data

@@ -1,0 +1,60 @@
+"""RLIMIT_MEMLOCK: how much memory this process may lock, checked before the native backend locks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._errors import MemlockLimitError
+from ._units import format_bytes
+
+try:
+    import resource
+except ImportError:  # not POSIX: no memlock limit to read (and no native backend)
+    resource = None  # type: ignore[assignment]
+
+CAP_IPC_LOCK = 14  # linux/capability.h: lets a process lock memory beyond RLIMIT_MEMLOCK
+_PROC_STATUS = Path("/proc/self/status")
+FIX = (
+    "raise the limit (`ulimit -l unlimited`, memlock in /etc/security/limits.conf, "
+    "or `docker run --ulimit memlock=-1`) or set `pin_memory: false` in the offload config"
+)
+
+
+def memlock_limit() -> dict[str, int | None]:
+    """Soft and hard RLIMIT_MEMLOCK in bytes; None means unlimited (or no such limit here)."""
+    if resource is None:
+        return {"soft": None, "hard": None}
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return {"soft": None if soft == resource.RLIM_INFINITY else soft,
+            "hard": None if hard == resource.RLIM_INFINITY else hard}
+
+
+def _proc_status() -> dict[str, str]:
+    if not _PROC_STATUS.exists():
+        return {}
+    fields = (line.split(":", 1) for line in _PROC_STATUS.read_text().splitlines() if ":" in line)
+    return {key: value.strip() for key, value in fields}
+
+
+def locked_bytes() -> int | None:
+    """What the kernel already counts against the limit for this process (VmLck); None off Linux."""
+    value = _proc_status().get("VmLck")
+    return int(value.split()[0]) * 1024 if value else None
+
+
+def can_lock_beyond_limit() -> bool:
+    """True with CAP_IPC_LOCK in the effective set (root usually has it), which lifts the limit."""
+    caps = _proc_status().get("CapEff")
+    return bool(caps) and bool(int(caps, 16) >> CAP_IPC_LOCK & 1)
+
+
+def check_memlock(nbytes: int) -> None:
+    """Raise MemlockLimitError if locking `nbytes` more would go over the soft limit."""
+    soft = memlock_limit()["soft"]
+    if soft is None or can_lock_beyond_limit():
+        return
+    already = locked_bytes() or 0  # unknown off Linux: the kernel still refuses, and mlock's error says so
+    if already + nbytes > soft:
+        raise MemlockLimitError(
+            f"cannot pin {format_bytes(nbytes)}: RLIMIT_MEMLOCK is {format_bytes(soft)} and "
+            f"{format_bytes(already)} is already locked; {FIX}"
+        )
