@@ -1,6 +1,7 @@
 """Bad configs: each is one ConfigError, one line, naming the JSON path, the problem and the fix."""
 from __future__ import annotations
 
+import pickle
 import re
 
 import pytest
@@ -100,6 +101,12 @@ def test_bad_config_is_one_line_error_naming_the_path(raw, path, problem):
     assert problem in message
     assert "\n" not in message
     assert isinstance(info.value, ZeroError)  # the CLI prints ZeroErrors as one line
+
+
+def test_config_error_survives_pickling():
+    error = pickle.loads(pickle.dumps(ConfigError("zero_optimization.stage", "must be 0, 1, 2 or 3 (got 4)")))
+    assert error.path == "zero_optimization.stage"
+    assert str(error) == "zero_optimization.stage: must be 0, 1, 2 or 3 (got 4)"
 
 
 def test_stage_error_reads_as_documented():

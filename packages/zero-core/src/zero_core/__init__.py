@@ -14,12 +14,17 @@ _EXPORTS = {
     "get_accelerator": ".accelerator",
     "set_accelerator": ".accelerator",
     "StorageTracker": ".memory",
+    "load_config": ".config",
+    "ConfigError": ".config",
+    "ZeroConfig": ".config",
+    "IgnoredConfigKeysWarning": ".config",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator, get_accelerator, set_accelerator
+    from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
     from .memory import StorageTracker
 
 __all__ = ["__version__", *_EXPORTS]

@@ -23,11 +23,12 @@ def count(value: object, field: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
-def positive_number(value: object, field: str) -> float:
+def positive_number(value: object, field: str, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise EstimateError(f"must be a finite number (got {value!r})", field)
-    if value <= 0:
-        raise EstimateError(f"must be greater than 0 (got {_plain(value)})", field)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "greater than 0"
+        raise EstimateError(f"must be {bound} (got {_plain(value)})", field)
     return value
 
 
@@ -38,12 +39,15 @@ def choice(value: object, field: str, choices: Iterable[str]) -> str:
     return str(value)
 
 
-def unknown(value: object, field: str, options: Iterable[str], what: str = "choose from") -> NoReturn:
-    """Raise the "unknown value; did you mean ...?" error, listing what is available."""
+def unknown(
+    value: object, field: str, options: Iterable[str], *, what: str = "value", otherwise: str = ""
+) -> NoReturn:
+    """Raise "unknown value 'x'; did you mean 'y'? choose from: a, b", plus an `otherwise` hint."""
     names = list(options)
     hint = difflib.get_close_matches(str(value), names, n=1)
-    did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise EstimateError(f"unknown value {value!r}{did_you_mean} ({what}: {', '.join(names)})", field)
+    did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ";"
+    tail = f"; {otherwise}" if otherwise else ""
+    raise EstimateError(f"unknown {what} {value!r}{did_you_mean} choose from: {', '.join(names)}{tail}", field)
 
 
 def _plain(value: int | float) -> str:

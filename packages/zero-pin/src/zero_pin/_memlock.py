@@ -1,6 +1,7 @@
 """RLIMIT_MEMLOCK: how much memory this process may lock, checked before the native backend locks."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ._errors import MemlockLimitError
@@ -28,32 +29,38 @@ def memlock_limit() -> dict[str, int | None]:
             "hard": None if hard == resource.RLIM_INFINITY else hard}
 
 
-def _proc_status() -> dict[str, str]:
-    if not _PROC_STATUS.exists():
-        return {}
-    fields = (line.split(":", 1) for line in _PROC_STATUS.read_text().splitlines() if ":" in line)
-    return {key: value.strip() for key, value in fields}
+def _proc_status_field(text: str, name: str) -> str | None:
+    match = re.search(rf"^{name}:\s*(\S+)", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _proc_status() -> str:
+    try:
+        return _PROC_STATUS.read_text()
+    except OSError:  # not Linux
+        return ""
 
 
 def locked_bytes() -> int | None:
     """What the kernel already counts against the limit for this process (VmLck); None off Linux."""
-    value = _proc_status().get("VmLck")
-    return int(value.split()[0]) * 1024 if value else None
+    value = _proc_status_field(_proc_status(), "VmLck")
+    return int(value) * 1024 if value else None
 
 
 def can_lock_beyond_limit() -> bool:
     """True with CAP_IPC_LOCK in the effective set (root usually has it), which lifts the limit."""
-    caps = _proc_status().get("CapEff")
-    return bool(caps) and bool(int(caps, 16) >> CAP_IPC_LOCK & 1)
+    caps = _proc_status_field(_proc_status(), "CapEff")
+    return caps is not None and bool(int(caps, 16) >> CAP_IPC_LOCK & 1)
 
 
 def check_memlock(nbytes: int) -> None:
     """Raise MemlockLimitError if locking `nbytes` more would go over the soft limit."""
     soft = memlock_limit()["soft"]
-    if soft is None or can_lock_beyond_limit():
+    if soft is None:
         return
     already = locked_bytes() or 0  # unknown off Linux: the kernel still refuses, and mlock's error says so
-    if already + nbytes > soft:
+    # The capability is read only when over the limit: this check runs on every native pin.
+    if already + nbytes > soft and not can_lock_beyond_limit():
         raise MemlockLimitError(
             f"cannot pin {format_bytes(nbytes)}: RLIMIT_MEMLOCK is {format_bytes(soft)} and "
             f"{format_bytes(already)} is already locked; {FIX}"

@@ -22,6 +22,7 @@ from ._errors import NativeBuildError
 SOURCE = Path(__file__).parent / "csrc" / "locked_block.cpp"
 CFLAGS = ("-O2",)
 FALLBACK = "or select DS_PIN_MEMORY_BACKEND=torch"
+HINT = f"run `zero pin build --verbose` for the compiler output, {FALLBACK}"
 
 _lock = threading.Lock()
 _op: ModuleType | None = None
@@ -62,15 +63,22 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
+def _cannot_build_reason() -> str | None:
+    if _failure:
+        return _failure
+    missing = missing_prerequisites()
+    return f"the native pin op cannot build here: missing {'; '.join(missing)}" if missing else None
+
+
 def load_op(verbose: bool = False) -> ModuleType:
     """The op's module, built on first use; raises NativeBuildError saying what is missing."""
     global _op, _failure
     with _lock:
         if _op is not None:
             return _op
-        missing = missing_prerequisites()
-        if missing:
-            raise NativeBuildError(f"the native pin backend cannot build its C++ op: missing {'; '.join(missing)}; {FALLBACK}")
+        reason = _cannot_build_reason()  # also stops a failed compile from rerunning on every lookup
+        if reason:
+            raise NativeBuildError(f"{reason}; {HINT if _failure else FALLBACK}")
         from torch.utils.cpp_extension import load
 
         directory = build_directory()
@@ -83,8 +91,7 @@ def load_op(verbose: bool = False) -> ModuleType:
             lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [repr(error)]
             first_error = next((line for line in lines if "error:" in line), lines[0])
             _failure = f"the native pin op failed to build in {directory}: {first_error}"
-            raise NativeBuildError(f"{_failure}; run `zero pin build --verbose` for the compiler output, {FALLBACK}") from error
-        _failure = None
+            raise NativeBuildError(f"{_failure}; {HINT}") from error
         return _op
 
 
@@ -92,9 +99,7 @@ def native_build_state() -> dict[str, str]:
     """{"state": "built" | "not built" | "cannot build", "detail": library path or reason}; never builds."""
     if _op is not None or library_path().exists():
         return {"state": "built", "detail": str(library_path())}
-    missing = missing_prerequisites()
-    if missing:
-        return {"state": "cannot build", "detail": f"missing {'; '.join(missing)}"}
-    if _failure:
-        return {"state": "cannot build", "detail": _failure}
+    reason = _cannot_build_reason()
+    if reason:
+        return {"state": "cannot build", "detail": reason}
     return {"state": "not built", "detail": f"builds into {build_directory()} at first use, or run `zero pin build`"}

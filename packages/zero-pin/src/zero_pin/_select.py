@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from zero_plugins import NamedRegistry
+from zero_plugins import NamedRegistry, get_plugin_manager
 
 from . import _hookspecs
 from ._backend import PinBackend
@@ -23,8 +23,14 @@ REGISTRY: NamedRegistry[PinBackend] = NamedRegistry(
     env_var=ENV_VAR,
 )
 
-_lock = threading.Lock()
+_lock = threading.RLock()
+# One instance per registered (name, class) for the whole process: the native backend's
+# address ranges must be shared by every caller.
 _instances: dict[tuple[str, type[PinBackend]], PinBackend] = {}
+# Looking a name up calls every plugin's hook (~0.1 ms) and pin_memory / is_pinned run per
+# tensor, so a resolved name is remembered until the set of registered plugins changes.
+_resolved: dict[str, PinBackend] = {}
+_resolved_for: list = []
 
 
 def selected_name() -> str:
@@ -34,18 +40,23 @@ def selected_name() -> str:
 def get_backend(name: str | None = None) -> PinBackend:
     """The backend registered as `name` (default: DS_PIN_MEMORY_BACKEND, else torch).
 
-    One instance per process: the native backend's address ranges must be shared by all
-    callers. Raises PluginError for an unknown name, NativeBuildError if `native` cannot build.
+    Raises PluginError for an unknown name, NativeBuildError if `native` cannot build.
     """
+    global _resolved_for
     name = name or selected_name()
-    registration = REGISTRY.get(name)
-    key = (name, registration.cls)
+    plugins = get_plugin_manager().list_name_plugin()
     with _lock:
-        if key not in _instances:
-            backend = registration.cls()
-            backend.name = name
-            _instances[key] = backend
-        return _instances[key]
+        if plugins != _resolved_for:
+            _resolved.clear()
+            _resolved_for = plugins
+        if name not in _resolved:
+            cls = REGISTRY.get(name).cls
+            if (name, cls) not in _instances:
+                backend = cls()
+                backend.name = name
+                _instances[name, cls] = backend
+            _resolved[name] = _instances[name, cls]
+        return _resolved[name]
 
 
 def available_backends() -> dict[str, type[PinBackend]]:

@@ -17,6 +17,10 @@ class ConfigError(ZeroError):
         self.problem = problem
         super().__init__(f"{path}: {problem}" if path else problem)
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
+        # Rebuilt from both parts when pickled, e.g. when a rank's error crosses to the launching process.
+        return type(self), (self.path, self.problem)
+
 
 class IgnoredConfigKeysWarning(UserWarning):
     """DeepSpeed keys that zero accepts but does not implement (one warning per `load_config`)."""

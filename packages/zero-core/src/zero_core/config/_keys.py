@@ -81,7 +81,7 @@ def _screen(
             raise ConfigError(here, f'same setting as "{spelled[field_name]}"; keep one of them')
         spelled[field_name] = key
         # "auto" (Hugging Face style) means "DeepSpeed's default"; for the batch sizes that default is
-        # "computed from the other two". A required key has no default, so "auto" there stays an error.
+        # "computed from the other two". A required key (optimizer.type) has no default to fall back to.
         if value == AUTO and not model.model_fields[field_name].is_required():
             continue
         block = _block_type(model, field_name)

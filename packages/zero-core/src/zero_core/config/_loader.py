@@ -25,6 +25,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
     DeepSpeed keys that zero does not implement are listed in `.ignored_keys` and in one
     IgnoredConfigKeysWarning. Every problem is a ConfigError whose message is one line.
     """
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        raise ConfigError("", "load_config got JSON text; pass a file path, or a dict (json.loads(text))")
     raw = source if isinstance(source, Mapping) else _read_json(Path(source))
     ignored: list[str] = []
     data = screen(ZeroConfig, raw, ignored)

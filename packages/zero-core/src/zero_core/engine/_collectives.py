@@ -1,0 +1,64 @@
+"""The collectives the engine uses, each counted in the ledger's `comm` figures.
+
+Bytes sent per rank are counted as the ring algorithm sends them, whatever algorithm the
+backend picks (docs/engine.md, "Communication"): for N ranks and a payload of B bytes,
+all-reduce sends 2(N-1)/N * B, reduce-scatter (B = its input) and all-gather (B = its
+output) send (N-1)/N * B, and a broadcast sends B from the source only.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..memory.ledger import MemoryLedger
+
+# torch 2.13 renamed the single-tensor collectives; older releases only have the old names.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+Work = dist.Work
+
+
+class Collectives:
+    """Collectives over one process group; `async_op=True` returns a handle to wait on."""
+
+    def __init__(self, ledger: MemoryLedger, group: dist.ProcessGroup | None = None) -> None:
+        self.ledger = ledger
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+                   async_op: bool = False) -> Work | None:
+        size = _nbytes(tensor)
+        self._count("all_reduce", size, 2 * (self.world_size - 1) * size // self.world_size)
+        return dist.all_reduce(tensor, op=op, group=self.group, async_op=async_op)
+
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, async_op: bool = False) -> Work | None:
+        """Sum `input` (N equal chunks) across ranks; this rank's chunk of the sum lands in `output`.
+
+        `output` may be this rank's own chunk of `input` (in place).
+        """
+        size = _nbytes(input)
+        self._count("reduce_scatter", size, (self.world_size - 1) * size // self.world_size)
+        return _reduce_scatter_single(output, input, group=self.group, async_op=async_op)
+
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, async_op: bool = False) -> Work | None:
+        """Concatenate every rank's `input` into `output`; `input` may be this rank's chunk of `output`."""
+        size = _nbytes(output)
+        self._count("all_gather", size, (self.world_size - 1) * size // self.world_size)
+        return _all_gather_single(output, input, group=self.group, async_op=async_op)
+
+    def broadcast(self, tensor: torch.Tensor, src_rank: int = 0) -> None:
+        """Copy group rank `src_rank`'s tensor to every rank."""
+        size = _nbytes(tensor)
+        self._count("broadcast", size, size if self.rank == src_rank else 0)
+        src = dist.get_global_rank(self.group, src_rank) if self.group is not None else src_rank
+        dist.broadcast(tensor, src=src, group=self.group)
+
+    def _count(self, op: str, payload: int, sent: int) -> None:
+        self.ledger.count_comm(op, payload, sent)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()

@@ -1,0 +1,48 @@
+"""The compute-dtype copy of one optimizer param group's trainable parameters, in one flat buffer.
+
+Buckets (FlatLayouts) sit end to end in the buffer and every parameter's `.data` becomes a
+view into it, so the model computes straight from the buffer and the all-gather after the
+step writes straight into it: no second copy of the parameters ever exists.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..memory.ledger import MemoryLedger
+from ._layout import FlatLayout
+
+
+class FlatParams:
+    def __init__(
+        self,
+        layouts: Sequence[FlatLayout],
+        dtype: torch.dtype,
+        device: torch.device,
+        ledger: MemoryLedger,
+        category: str = "param.persistent",
+    ) -> None:
+        self.layouts = list(layouts)
+        self.starts: list[int] = []
+        total = 0
+        for layout in self.layouts:
+            self.starts.append(total)
+            total += layout.padded_numel
+        # Zeros, so padding never carries garbage into norms or reductions.
+        self.buffer = ledger.new(category, lambda: torch.zeros(total, dtype=dtype, device=device))
+        for layout, start in zip(self.layouts, self.starts):
+            for slot in layout.slots:
+                view = self.buffer[start + slot.offset : start + slot.offset + slot.numel].view(slot.shape)
+                view.copy_(slot.param.data)
+                slot.param.data = view
+
+    def bucket(self, index: int) -> torch.Tensor:
+        """The whole padded bucket, 1-D."""
+        start = self.starts[index]
+        return self.buffer[start : start + self.layouts[index].padded_numel]
+
+    def owned(self, index: int, lo: int, hi: int) -> torch.Tensor:
+        """Elements [lo, hi) of a bucket, 1-D."""
+        start = self.starts[index]
+        return self.buffer[start + lo : start + hi]

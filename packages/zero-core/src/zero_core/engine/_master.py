@@ -1,0 +1,70 @@
+"""fp32 master weights: the elements this rank updates, one 1-D tensor per bucket.
+
+A rank owns a whole bucket at stage 0 and its shard of each bucket from stage 1 on
+(`owned_range`). With 16-bit compute the master is a copy, taken from the parameters'
+original values so no precision is lost to the cast; with fp32 compute it is a view of the
+flat parameters themselves, so the optimizer updates them in place and no copy exists.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..memory.ledger import MemoryLedger
+from ._flat_params import FlatParams
+from ._layout import FlatLayout
+
+
+def owned_range(layout: FlatLayout, rank: int, sharded: bool) -> tuple[int, int]:
+    return layout.shard_range(rank) if sharded else (0, layout.padded_numel)
+
+
+class MasterParams:
+    def __init__(self, tensors: list[torch.Tensor], ranges: list[tuple[int, int]], is_view: bool) -> None:
+        self.tensors = tensors
+        self.ranges = ranges
+        self.is_view = is_view
+
+    @classmethod
+    def copy_of(
+        cls, layouts: Sequence[FlatLayout], rank: int, sharded: bool, device: torch.device, ledger: MemoryLedger
+    ) -> MasterParams:
+        """fp32 copies of the owned elements, read from the parameters before they are flattened."""
+        tensors, ranges = [], []
+        for layout in layouts:
+            lo, hi = owned_range(layout, rank, sharded)
+            master = ledger.new("optim.master", lambda: torch.zeros(hi - lo, dtype=torch.float32, device=device))
+            for piece in layout.pieces_in(lo, hi):
+                source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
+                master[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
+            tensors.append(master)
+            ranges.append((lo, hi))
+        return cls(tensors, ranges, is_view=False)
+
+    @classmethod
+    def view_of(cls, flat: FlatParams, rank: int, sharded: bool) -> MasterParams:
+        ranges = [owned_range(layout, rank, sharded) for layout in flat.layouts]
+        tensors = [flat.owned(i, lo, hi) for i, (lo, hi) in enumerate(ranges)]
+        return cls(tensors, ranges, is_view=True)
+
+    def load_grads(self, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger) -> None:
+        """Give each master tensor its fp32 gradient, unscaled; a 16-bit gradient is copied (`optim.grad`)."""
+        for master, grad in zip(self.tensors, grads):
+            if grad.dtype == torch.float32:
+                master.grad = grad.mul_(inv_scale) if inv_scale != 1.0 else grad
+            else:
+                master.grad = ledger.new("optim.grad", lambda: grad.float())
+                if inv_scale != 1.0:
+                    master.grad.mul_(inv_scale)
+
+    def clear_grads(self) -> None:
+        for master in self.tensors:
+            master.grad = None
+
+    def write_back(self, flat: FlatParams) -> None:
+        """Copy the updated master into the compute-dtype parameters (nothing to do for a view)."""
+        if self.is_view:
+            return
+        for index, (master, (lo, hi)) in enumerate(zip(self.tensors, self.ranges)):
+            flat.owned(index, lo, hi).copy_(master)

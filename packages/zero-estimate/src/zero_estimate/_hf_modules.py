@@ -1,0 +1,192 @@
+"""Every parameter of the supported Hugging Face architectures, module by module, from their configs.
+
+`head=True` is the model with its language-modelling head, as trained (…ForCausalLM,
+T5ForConditionalGeneration, BertForMaskedLM); `head=False` the bare model (AutoModel).
+Shapes follow transformers 5: nn.Linear weights are (out, in), GPT-2's Conv1D (in, out).
+"""
+from __future__ import annotations
+
+from ._hf_schema import BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, T5Config
+from ._spec import ModuleParams, TransformerShape
+
+Modules = list[ModuleParams]
+
+
+def _linear(
+    path: str, n_in: int, n_out: int, *, bias: bool, count: int = 1, conv1d: bool = False, block: bool = False
+) -> ModuleParams:
+    weight = (n_in, n_out) if conv1d else (n_out, n_in)
+    shapes = (weight, (n_out,)) if bias else (weight,)
+    return ModuleParams(path, shapes, count=count, features=(n_in, n_out), block=block)
+
+
+def _block_linear(path: str, n_in: int, n_out: int, *, bias: bool, count: int, conv1d: bool = False) -> ModuleParams:
+    """A linear layer repeated in every transformer block: where LoRA targets are looked for."""
+    return _linear(path, n_in, n_out, bias=bias, count=count, conv1d=conv1d, block=True)
+
+
+def _norm(path: str, size: int, *, bias: bool = True, count: int = 1) -> ModuleParams:
+    return ModuleParams(path, ((size,), (size,)) if bias else ((size,),), count=count)
+
+
+def _embedding(path: str, rows: int, size: int) -> ModuleParams:
+    return ModuleParams(path, ((rows, size),))
+
+
+def _lm_head(path: str, hidden: int, vocab: int, *, tied: bool) -> ModuleParams:
+    """The output projection; when tied it reuses the input embedding, which owns the weight."""
+    weight = ((vocab, hidden),)
+    if tied:
+        return ModuleParams(path, tied=weight, features=(hidden, vocab))
+    return ModuleParams(path, weight, features=(hidden, vocab))
+
+
+def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:
+    h, i, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+    modules = [
+        _embedding("embed_in", c.vocab_size, h),
+        _norm("layers.input_layernorm", h, count=n),
+        _norm("layers.post_attention_layernorm", h, count=n),
+        _block_linear("layers.attention.query_key_value", h, 3 * h, bias=c.attention_bias, count=n),
+        _block_linear("layers.attention.dense", h, h, bias=c.attention_bias, count=n),
+        _block_linear("layers.mlp.dense_h_to_4h", h, i, bias=True, count=n),
+        _block_linear("layers.mlp.dense_4h_to_h", i, h, bias=True, count=n),
+        _norm("final_layer_norm", h),
+    ]
+    if head:
+        modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
+    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size)
+
+
+def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
+    """Llama and Mistral: grouped-query attention (k and v have num_key_value_heads heads), SwiGLU MLP."""
+    h, i, n, d = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.head_size
+    attention_bias = c.attention_bias if isinstance(c, LlamaConfig) else False
+    mlp_bias = c.mlp_bias if isinstance(c, LlamaConfig) else False
+    q, kv = c.num_attention_heads * d, c.kv_heads * d
+    modules = [
+        _embedding("embed_tokens", c.vocab_size, h),
+        _norm("layers.input_layernorm", h, bias=False, count=n),
+        _norm("layers.post_attention_layernorm", h, bias=False, count=n),
+        _block_linear("layers.self_attn.q_proj", h, q, bias=attention_bias, count=n),
+        _block_linear("layers.self_attn.k_proj", h, kv, bias=attention_bias, count=n),
+        _block_linear("layers.self_attn.v_proj", h, kv, bias=attention_bias, count=n),
+        _block_linear("layers.self_attn.o_proj", q, h, bias=attention_bias, count=n),
+        _block_linear("layers.mlp.gate_proj", h, i, bias=mlp_bias, count=n),
+        _block_linear("layers.mlp.up_proj", h, i, bias=mlp_bias, count=n),
+        _block_linear("layers.mlp.down_proj", i, h, bias=mlp_bias, count=n),
+        _norm("norm", h, bias=False),
+    ]
+    if head:
+        modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
+    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size)
+
+
+def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
+    h, n = c.n_embd, c.n_layer
+    inner = c.n_inner or 4 * h
+    modules = [
+        _embedding("wte", c.vocab_size, h),
+        _embedding("wpe", c.n_positions, h),
+        _norm("h.ln_1", h, count=n),
+        _block_linear("h.attn.c_attn", h, 3 * h, bias=True, count=n, conv1d=True),
+        _block_linear("h.attn.c_proj", h, h, bias=True, count=n, conv1d=True),
+        _norm("h.ln_2", h, count=n),
+        _block_linear("h.mlp.c_fc", h, inner, bias=True, count=n, conv1d=True),
+        _block_linear("h.mlp.c_proj", inner, h, bias=True, count=n, conv1d=True),
+        _norm("ln_f", h),
+    ]
+    if c.add_cross_attention:
+        modules += [
+            _block_linear("h.crossattention.c_attn", h, 2 * h, bias=True, count=n, conv1d=True),
+            _block_linear("h.crossattention.q_attn", h, h, bias=True, count=n, conv1d=True),
+            _block_linear("h.crossattention.c_proj", h, h, bias=True, count=n, conv1d=True),
+            _norm("h.ln_cross_attn", h, count=n),
+        ]
+    if head:
+        modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
+    return modules, TransformerShape(n, h, c.n_head, c.vocab_size, max_positions=c.n_positions)
+
+
+def _t5_attention(prefix: str, c: T5Config, count: int) -> Modules:
+    d, inner = c.d_model, c.num_heads * c.d_kv
+    return [
+        _block_linear(f"{prefix}.q", d, inner, bias=False, count=count),
+        _block_linear(f"{prefix}.k", d, inner, bias=False, count=count),
+        _block_linear(f"{prefix}.v", d, inner, bias=False, count=count),
+        _block_linear(f"{prefix}.o", inner, d, bias=False, count=count),
+    ]
+
+
+def _t5_feed_forward(prefix: str, c: T5Config, count: int) -> Modules:
+    d, ff = c.d_model, c.d_ff
+    inputs = ["wi_0", "wi_1"] if c.gated else ["wi"]
+    return [_block_linear(f"{prefix}.{name}", d, ff, bias=False, count=count) for name in inputs] + [
+        _block_linear(f"{prefix}.wo", ff, d, bias=False, count=count)
+    ]
+
+
+def t5(c: T5Config, head: bool) -> tuple[Modules, TransformerShape]:
+    """Encoder and decoder share the `shared` embedding; block 0 of each stack owns the relative position bias."""
+    d, n_enc = c.d_model, c.num_layers
+    n_dec = c.num_decoder_layers or n_enc
+    modules = [_embedding("shared", c.vocab_size, d)]
+    for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
+        modules.append(ModuleParams(f"{stack}.embed_tokens", tied=((c.vocab_size, d),)))
+        bias_table = (c.relative_attention_num_buckets, c.num_heads)
+        modules.append(ModuleParams(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias", (bias_table,)))
+        modules += _t5_attention(f"{stack}.block.layer.0.SelfAttention", c, n)
+        modules.append(_norm(f"{stack}.block.layer.0.layer_norm", d, bias=False, count=n))
+        if stack == "decoder":
+            modules += _t5_attention(f"{stack}.block.layer.1.EncDecAttention", c, n)
+            modules.append(_norm(f"{stack}.block.layer.1.layer_norm", d, bias=False, count=n))
+        ff = "layer.2" if stack == "decoder" else "layer.1"
+        modules += _t5_feed_forward(f"{stack}.block.{ff}.DenseReluDense", c, n)
+        modules.append(_norm(f"{stack}.block.{ff}.layer_norm", d, bias=False, count=n))
+        modules.append(_norm(f"{stack}.final_layer_norm", d, bias=False))
+    if head:
+        modules.append(_lm_head("lm_head", d, c.vocab_size, tied=c.tie_word_embeddings))
+    return modules, TransformerShape(n_enc + n_dec, d, c.num_heads, c.vocab_size)
+
+
+def _bert_attention(prefix: str, h: int, n: int) -> Modules:
+    return [
+        _block_linear(f"{prefix}.self.query", h, h, bias=True, count=n),
+        _block_linear(f"{prefix}.self.key", h, h, bias=True, count=n),
+        _block_linear(f"{prefix}.self.value", h, h, bias=True, count=n),
+        _block_linear(f"{prefix}.output.dense", h, h, bias=True, count=n),
+        _norm(f"{prefix}.output.LayerNorm", h, count=n),
+    ]
+
+
+def bert(c: BertConfig, head: bool) -> tuple[Modules, TransformerShape]:
+    """BertModel with its pooler, or BertForMaskedLM (no pooler; an MLM head whose decoder is tied)."""
+    h, i, n, v = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    modules = [
+        _embedding("embeddings.word_embeddings", v, h),
+        _embedding("embeddings.position_embeddings", c.max_position_embeddings, h),
+        _embedding("embeddings.token_type_embeddings", c.type_vocab_size, h),
+        _norm("embeddings.LayerNorm", h),
+        *_bert_attention("encoder.layer.attention", h, n),
+        _block_linear("encoder.layer.intermediate.dense", h, i, bias=True, count=n),
+        _block_linear("encoder.layer.output.dense", i, h, bias=True, count=n),
+        _norm("encoder.layer.output.LayerNorm", h, count=n),
+    ]
+    if c.add_cross_attention:
+        modules += _bert_attention("encoder.layer.crossattention", h, n)
+    if not head:
+        modules.append(_linear("pooler.dense", h, h, bias=True))
+        return modules, TransformerShape(n, h, c.num_attention_heads, v, max_positions=c.max_position_embeddings)
+    modules += [
+        _linear("cls.predictions.transform.dense", h, h, bias=True),
+        _norm("cls.predictions.transform.LayerNorm", h),
+    ]
+    if c.tie_word_embeddings:
+        # The decoder's weight is the word embedding and its bias is cls.predictions.bias.
+        modules += [
+            ModuleParams("cls.predictions", ((v,),)),
+            ModuleParams("cls.predictions.decoder", tied=((v, h), (v,)), features=(h, v)),
+        ]
+    else:
+        modules += [ModuleParams("cls.predictions", ((v,),)), _linear("cls.predictions.decoder", h, v, bias=True)]
+    return modules, TransformerShape(n, h, c.num_attention_heads, v, max_positions=c.max_position_embeddings)

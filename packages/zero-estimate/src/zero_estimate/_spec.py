@@ -1,0 +1,150 @@
+"""What the estimator knows about a model: counts, and where known, every module's parameter shapes.
+
+Counts alone (`--params`) drive the stage formulas. Shapes, from a Hugging Face config or a
+live module, add what counts cannot give: the params ZeRO-3 keeps whole (persistence
+threshold), the linear weights autograd keeps alive, Adafactor's factored state, LoRA.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+Shape = tuple[int, ...]
+
+
+def numel(shapes: tuple[Shape, ...]) -> int:
+    return sum(math.prod(shape) for shape in shapes)
+
+
+@dataclass(frozen=True)
+class ModuleParams:
+    """The parameters one module owns directly (DeepSpeed's "layer"), repeated `count` times.
+
+    trainable / frozen: shapes of its own parameters, by requires_grad.
+    tied:     shapes of parameters it uses but another module owns (tied embeddings):
+              they count toward this layer's size, not toward the total.
+    features: (in, out) when the module is a linear layer: autograd saves its weight for
+              backward, and LoRA can adapt it.
+    block:    inside the repeated transformer blocks, where LoRA targets are matched.
+    """
+
+    path: str
+    trainable: tuple[Shape, ...] = ()
+    count: int = 1
+    frozen: tuple[Shape, ...] = ()
+    tied: tuple[Shape, ...] = ()
+    features: tuple[int, int] | None = None
+    block: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+    @property
+    def own_params(self) -> int:
+        return numel(self.trainable + self.frozen)
+
+    @property
+    def layer_params(self) -> int:
+        return numel(self.trainable + self.frozen + self.tied)
+
+    @property
+    def weight_params(self) -> int:
+        """Elements of the weight autograd keeps for a linear layer's backward (0 otherwise)."""
+        if self.features is None:
+            return 0
+        return self.features[0] * self.features[1]
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """The dimensions the activation formulas need.
+
+    max_positions is set only for learned absolute positions (GPT-2, BERT), where a longer
+    sequence cannot run at all.
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    vocab_size: int
+    max_positions: int | None = None
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA adapters of rank `rank` on the linear layers named in `targets` ("all-linear": every one)."""
+
+    rank: int
+    targets: tuple[str, ...] = ("all-linear",)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the estimator sees it. Build one with the `from_*` functions of zero_estimate."""
+
+    name: str
+    total_params: int
+    trainable_params: int
+    largest_layer_params: int | None
+    modules: tuple[ModuleParams, ...] = ()
+    shape: TransformerShape | None = None
+    lora: LoraSpec | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_modules(
+        cls,
+        name: str,
+        modules: tuple[ModuleParams, ...],
+        shape: TransformerShape | None = None,
+        lora: LoraSpec | None = None,
+    ) -> ModelSpec:
+        return cls(
+            name=name,
+            total_params=sum(m.own_params * m.count for m in modules),
+            trainable_params=sum(numel(m.trainable) * m.count for m in modules),
+            largest_layer_params=max(m.layer_params for m in modules),
+            modules=modules,
+            shape=shape,
+            lora=lora,
+        )
+
+    @property
+    def frozen_params(self) -> int:
+        return self.total_params - self.trainable_params
+
+    def persistent_params(self, threshold: int) -> int:
+        """Params ZeRO-3 keeps whole on every rank: each parameter with at most `threshold` elements.
+
+        0 without shapes: counts alone cannot tell which params are small.
+        """
+        return sum(
+            math.prod(shape) * m.count
+            for m in self.modules
+            for shape in m.trainable + m.frozen
+            if math.prod(shape) <= threshold
+        )
+
+    def linear_weight_params(self) -> int | None:
+        """Elements of all linear-layer weights (tied ones once); None without shapes."""
+        if not self.modules:
+            return None
+        return sum(m.weight_params * m.count for m in self.modules)
+
+    def factored_state_elements(self) -> int | None:
+        """Adafactor's state for the trainable params: rows + columns per matrix, the whole of a vector.
+
+        None without shapes, where it cannot be known.
+        """
+        if not self.modules:
+            return None
+        return sum(_factored(shape) * m.count for m in self.modules for shape in m.trainable)
+
+
+def _factored(shape: Shape) -> int:
+    # Adafactor keeps row and column second moments for a matrix (batched over leading
+    # dims), and the full second moment for a vector or scalar.
+    if len(shape) < 2:
+        return math.prod(shape)
+    return math.prod(shape[:-2]) * (shape[-2] + shape[-1])
