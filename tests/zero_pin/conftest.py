@@ -54,5 +54,7 @@ def run_python() -> Callable[..., subprocess.CompletedProcess]:
     return run
 
 
-def native_current() -> int:
-    return zero_pin.pinned_memory_stats()["backends"].get("native", {}).get("current", 0)
+@pytest.fixture
+def native_locked() -> Callable[[], int]:
+    """Bytes the native backend holds locked now, from zero-pin's accounting."""
+    return lambda: zero_pin.pinned_memory_stats()["backends"].get("native", {}).get("current", 0)

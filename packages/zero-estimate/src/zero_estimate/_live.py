@@ -21,7 +21,7 @@ def full_numel(param: Any) -> int:
     return int(ds_numel) if ds_numel is not None else int(param.numel())
 
 
-def _dedup_key(param: Any) -> object:
+def dedup_key(param: Any) -> object:
     # Real storage: key by address, as DeepSpeed does, so two Parameter objects over one
     # storage (tied weights) count once. No real storage: the object itself is the identity.
     if param.is_meta or hasattr(param, "ds_numel") or param.numel() == 0:
@@ -32,7 +32,7 @@ def _dedup_key(param: Any) -> object:
 def unique_parameters(params: Iterable[Any]) -> dict[object, Any]:
     unique: dict[object, Any] = {}
     for param in params:
-        unique[_dedup_key(param)] = param
+        unique[dedup_key(param)] = param
     return unique
 
 

@@ -68,7 +68,7 @@ def from_module(model: Any, *, name: str | None = None) -> ModelSpec:
     for path, module in model.named_modules():
         trainable, frozen, tied = [], [], []
         for param in module.parameters(recurse=False):
-            key = _live._dedup_key(param)
+            key = _live.dedup_key(param)
             shape = tuple(getattr(param, "ds_shape", None) or param.shape)
             (tied if key in seen else trainable if param.requires_grad else frozen).append(shape)
             seen.add(key)

@@ -1,0 +1,123 @@
+"""The inputs of an estimate besides the model: hardware, training loop and ZeRO settings.
+
+ZeroSettings uses DeepSpeed's `zero_optimization` key names and defaults (as zero-core's
+config does), so an estimate reads like the config it describes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _checks
+from ._errors import EstimateError
+
+# Bytes per element of the params, gradients and activations the model computes with.
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor")
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+CHECKPOINTING = ("none", "selective", "full")
+DEFAULT_SEQ_LEN = 2048
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Data-parallel GPUs: `gpus_per_node` on each of `nodes` machines."""
+
+    gpus_per_node: int = 1
+    nodes: int = 1
+
+    def __post_init__(self) -> None:
+        _checks.count(self.gpus_per_node, "gpus_per_node")
+        _checks.count(self.nodes, "nodes")
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Training:
+    """The training loop: precision, optimizer, batch shape, activation checkpointing.
+
+    seq_len None means 2048, or the model's learned positions if fewer.
+    flash_attention: attention that keeps no s x s scores (FlashAttention, SDPA).
+    """
+
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    micro_batch: int = 1
+    seq_len: int | None = None
+    grad_accum: int = 1
+    checkpointing: str = "none"
+    flash_attention: bool = False
+
+    def __post_init__(self) -> None:
+        _checks.choice(self.precision, "precision", PRECISION_BYTES)
+        _checks.choice(self.optimizer, "optimizer", OPTIMIZERS)
+        _checks.count(self.micro_batch, "micro_batch")
+        if self.seq_len is not None:
+            _checks.count(self.seq_len, "seq_len")
+        _checks.count(self.grad_accum, "grad_accum")
+        _checks.choice(self.checkpointing, "checkpointing", CHECKPOINTING)
+
+    @property
+    def param_bytes(self) -> int:
+        return PRECISION_BYTES[self.precision]
+
+    @property
+    def mixed(self) -> bool:
+        """16-bit compute with an fp32 master copy for the optimizer."""
+        return self.precision != "fp32"
+
+
+@dataclass(frozen=True)
+class ZeroSettings:
+    """A `zero_optimization` block: the stage, offload devices, buckets and stage-3 bounds."""
+
+    stage: int = 0
+    offload_optimizer: str = "none"
+    offload_param: str = "none"
+    reduce_bucket_size: int = 500_000_000
+    allgather_bucket_size: int = 500_000_000
+    overlap_comm: bool | None = None  # None: DeepSpeed's default, on for stage 3 only
+    sub_group_size: int = 1_000_000_000
+    stage3_prefetch_bucket_size: int = 50_000_000
+    stage3_param_persistence_threshold: int = 100_000
+    stage3_max_live_parameters: int = 1_000_000_000
+    memory_efficient_linear: bool = True
+    zero_init: bool = True
+    pin_memory: bool = True
+    optimizer_buffer_count: int = 4  # offload_optimizer.buffer_count (NVMe swap buffers)
+    param_buffer_count: int = 5  # offload_param.buffer_count
+    param_buffer_size: int = 100_000_000  # offload_param.buffer_size, in elements
+
+    def __post_init__(self) -> None:
+        if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
+            raise EstimateError(f"must be 0, 1, 2 or 3 (got {self.stage!r})", "stage")
+        _checks.choice(self.offload_optimizer, "offload_optimizer", OFFLOAD_DEVICES)
+        _checks.choice(self.offload_param, "offload_param", OFFLOAD_DEVICES)
+        _checks.count(self.reduce_bucket_size, "reduce_bucket_size")
+        for name in (
+            "allgather_bucket_size",
+            "sub_group_size",
+            "stage3_prefetch_bucket_size",
+            "stage3_param_persistence_threshold",
+            "stage3_max_live_parameters",
+            "optimizer_buffer_count",
+            "param_buffer_count",
+            "param_buffer_size",
+        ):
+            _checks.count(getattr(self, name), name, minimum=0)
+        if self.offload_optimizer != "none" and self.stage == 0:
+            raise EstimateError("offloading the optimizer needs ZeRO stage 1, 2 or 3", "offload_optimizer")
+        if self.offload_optimizer == "nvme" and self.stage != 3:
+            raise EstimateError("NVMe offload of the optimizer needs ZeRO stage 3 (ZeRO-Infinity)", "offload_optimizer")
+        if self.offload_param != "none" and self.stage != 3:
+            raise EstimateError("offloading params needs ZeRO stage 3, where params are partitioned", "offload_param")
+
+    @property
+    def overlap(self) -> bool:
+        return self.stage == 3 if self.overlap_comm is None else self.overlap_comm
+
+    def label(self) -> str:
+        """"stage 3, offload optimizer=cpu param=none" style, for tables."""
+        return f"{self.offload_optimizer}/{self.offload_param}"
