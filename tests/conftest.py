@@ -14,3 +14,22 @@ def plugin_manager() -> Iterator[pluggy.PluginManager]:
     reset_plugin_manager()
     yield get_plugin_manager()
     reset_plugin_manager()
+
+
+@pytest.fixture
+def run_ranks():  # type: ignore[no-untyped-def]
+    """`run_ranks(fn, world_size, *args, timeout=...)`: fn(rank, world_size, *args) on spawned gloo ranks."""
+    from multirank import run_ranks
+
+    return run_ranks
+
+
+@pytest.fixture
+def solo_process_group() -> Iterator[None]:
+    """Destroys the world-of-one process group that zero_core.initialize makes in a process without a launcher."""
+    import torch.distributed as dist
+
+    was_initialized = dist.is_initialized()
+    yield
+    if dist.is_initialized() and not was_initialized:
+        dist.destroy_process_group()

@@ -1,32 +1,43 @@
 """Fixtures for zero-pin's tests.
 
 The native op is built once per test session into a fresh TORCH_EXTENSIONS_DIR, exactly as
-on a clean machine; subprocesses get the same directory and reuse that build.
+on a clean machine; subprocesses inherit the directory and reuse that build.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import zero_pin
 
+_PREVIOUS = pytest.StashKey["str | None"]()
 
-@pytest.fixture(scope="session", autouse=True)
-def torch_extensions_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("torch_extensions")
-    previous = os.environ.get("TORCH_EXTENSIONS_DIR")
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(path)
-    yield path
-    if previous is None:
-        del os.environ["TORCH_EXTENSIONS_DIR"]
-    else:
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Runs at collection, before any test of any package: whichever test first uses the
+    # native backend builds it here.
+    config.stash[_PREVIOUS] = os.environ.get("TORCH_EXTENSIONS_DIR")
+    os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="zero-pin-torch-extensions-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ.pop("TORCH_EXTENSIONS_DIR"), ignore_errors=True)
+    previous = config.stash.get(_PREVIOUS, None)
+    if previous is not None:
         os.environ["TORCH_EXTENSIONS_DIR"] = previous
+
+
+@pytest.fixture(scope="session")
+def torch_extensions_dir() -> Path:
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"])
 
 
 @pytest.fixture(autouse=True)

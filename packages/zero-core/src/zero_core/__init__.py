@@ -14,6 +14,12 @@ _EXPORTS = {
     "get_accelerator": ".accelerator",
     "set_accelerator": ".accelerator",
     "StorageTracker": ".memory",
+    "MemoryLedger": ".memory",
+    "MemoryReport": ".memory",
+    "see_memory_usage": ".memory",
+    "initialize": ".engine",
+    "ZeroEngine": ".engine",
+    "ZeroOptimizer": ".engine",
     "load_config": ".config",
     "ConfigError": ".config",
     "ZeroConfig": ".config",
@@ -25,6 +31,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from .accelerator import Accelerator, get_accelerator, set_accelerator
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
-    from .memory import StorageTracker
+    from .engine import ZeroEngine, ZeroOptimizer, initialize
+    from .memory import MemoryLedger, MemoryReport, StorageTracker, see_memory_usage
 
 __all__ = ["__version__", *_EXPORTS]

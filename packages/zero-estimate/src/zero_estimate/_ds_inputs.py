@@ -20,8 +20,8 @@ def params(total_params: object, largest_layer_params: object = None) -> None:
     total = _checks.positive_number(total_params, "total_params")
     if largest_layer_params is None:
         return
-    _checks.positive_number(largest_layer_params, "largest_layer_params", allow_zero=True)
-    if largest_layer_params > total:  # type: ignore[operator]
+    largest = _checks.positive_number(largest_layer_params, "largest_layer_params", allow_zero=True)
+    if largest > total:
         raise EstimateError(
             f"{largest_layer_params} is more than total_params ({total_params}); "
             "pass the parameter count of the largest single module",

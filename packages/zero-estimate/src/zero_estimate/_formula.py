@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 _ADD, _MUL, _ATOM = 1, 2, 3
 
 
@@ -65,8 +67,8 @@ def largest(*quantities: Q) -> Q:
     return _call("max", max, quantities)
 
 
-def _call(name: str, pick: object, quantities: tuple[Q, ...]) -> Q:
-    value = pick(q.value for q in quantities)  # type: ignore[operator]
+def _call(name: str, pick: Callable[[Iterable[int]], int], quantities: tuple[Q, ...]) -> Q:
+    value = pick(q.value for q in quantities)
     symbols = ", ".join(q.symbols for q in quantities)
     numbers = ", ".join(q.numbers for q in quantities)
     return Q(value, f"{name}({symbols})", f"{name}({numbers})")

@@ -32,11 +32,13 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
-        raise EstimateError(f"cannot read {file}: {error.strerror or error}; pass a config.json or its folder") from None
+        reason = error.strerror or error
+        raise EstimateError(f"cannot read {file}: {reason}; pass a config.json or its folder") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise EstimateError(f"{file} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+        where = f"line {error.lineno} column {error.colno}"
+        raise EstimateError(f"{file} is not valid JSON: {error.msg} at {where}") from None
     if not isinstance(data, dict):
         raise EstimateError(f"{file} holds a JSON {type(data).__name__}, not an object of config keys")
     return data

@@ -9,26 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import _checks
-from ._errors import EstimateError
 from ._spec import LoraSpec, ModelSpec, ModuleParams
 
 ALL_LINEAR = "all-linear"
 
 
-def lora_spec(rank: object, targets: tuple[str, ...] = (ALL_LINEAR,)) -> LoraSpec:
-    rank = _checks.count(rank, "lora_rank")
-    if not targets:
-        raise EstimateError(f"no LoRA target given; name linear layers or pass {ALL_LINEAR!r}", "lora_targets")
-    return LoraSpec(rank, tuple(targets))
-
-
 def apply_lora(spec: ModelSpec, lora: LoraSpec) -> ModelSpec:
-    """The model with every base parameter frozen and adapters on the targeted linear layers."""
-    if not spec.modules:
-        raise EstimateError(
-            "LoRA needs the model's layers; use --preset or --config, or give --trainable-params with --params",
-            "lora_rank",
-        )
+    """The model (listed module by module) with its params frozen and adapters on the targeted linear layers."""
     names = sorted({m.name for m in spec.modules if m.block and m.features is not None})
     wanted = set(lora.targets)
     if ALL_LINEAR not in wanted:

@@ -1,1 +1,24 @@
 """Hook implementations of zero-estimate, loaded through the `zero` entry point; imports no torch at module level."""
+from __future__ import annotations
+
+from typing import Any
+
+from zero_plugins import hookimpl
+
+
+@hookimpl
+def zero_register_commands(cli: Any) -> None:
+    from . import _cli  # the command's modules load only when a command runs or --help is built
+
+    cli.add_command(
+        "estimate",
+        help="memory per GPU and per node for each ZeRO stage, copy by copy and phase by phase",
+        add_arguments=_cli.add_estimate_arguments,
+        run=_cli.run_estimate,
+    )
+    cli.add_command(
+        "plan",
+        help="the ZeRO configurations that fit your GPUs, host memory and NVMe, cheapest first",
+        add_arguments=_cli.add_plan_arguments,
+        run=_cli.run_plan,
+    )

@@ -119,5 +119,5 @@ class ZeroSettings:
         return self.stage == 3 if self.overlap_comm is None else self.overlap_comm
 
     def label(self) -> str:
-        """"stage 3, offload optimizer=cpu param=none" style, for tables."""
+        """Offload devices as optimizer/param ("cpu/none"), for tables."""
         return f"{self.offload_optimizer}/{self.offload_param}"

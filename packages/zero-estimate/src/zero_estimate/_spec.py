@@ -7,7 +7,10 @@ threshold), the linear weights autograd keeps alive, Adafactor's factored state,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from . import _checks
+from ._errors import EstimateError
 
 Shape = tuple[int, ...]
 
@@ -78,6 +81,11 @@ class LoraSpec:
     rank: int
     targets: tuple[str, ...] = ("all-linear",)
 
+    def __post_init__(self) -> None:
+        _checks.count(self.rank, "lora_rank")
+        if isinstance(self.targets, str) or not self.targets:
+            raise EstimateError("name the linear layers to adapt (a tuple of names), or all-linear", "lora_targets")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -90,7 +98,6 @@ class ModelSpec:
     modules: tuple[ModuleParams, ...] = ()
     shape: TransformerShape | None = None
     lora: LoraSpec | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @classmethod
     def from_modules(
@@ -126,11 +133,11 @@ class ModelSpec:
             if math.prod(shape) <= threshold
         )
 
-    def linear_weight_params(self) -> int | None:
-        """Elements of all linear-layer weights (tied ones once); None without shapes."""
+    def linear_weight_params(self, above: int = 0) -> int | None:
+        """Elements of the linear-layer weights larger than `above` elements; None without shapes."""
         if not self.modules:
             return None
-        return sum(m.weight_params * m.count for m in self.modules)
+        return sum(m.weight_params * m.count for m in self.modules if m.weight_params > above)
 
     def factored_state_elements(self) -> int | None:
         """Adafactor's state for the trainable params: rows + columns per matrix, the whole of a vector.

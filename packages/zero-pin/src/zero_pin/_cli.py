@@ -40,7 +40,7 @@ def _check() -> CommandResult:
             for s in statuses]
     text = "\n".join([
         format_table(["backend", "available", "distribution", "reason"], rows),
-        f"(* selected by DS_PIN_MEMORY_BACKEND, default torch)",
+        "(* selected by DS_PIN_MEMORY_BACKEND, default torch)",
         f"memlock limit (ulimit -l): soft {_limit_text(limit['soft'])}, hard {_limit_text(limit['hard'])}",
         f"native op: {op['state']} ({op['detail']})",
     ])

@@ -24,7 +24,9 @@ class NativeBackend(PinBackend):
     @classmethod
     def available(cls) -> tuple[bool, str]:
         state = native_build_state()
-        return state["state"] != "cannot build", f"op {state['state']}: {state['detail']}"
+        if state["state"] == "cannot build":
+            return False, state["detail"]
+        return True, f"op {state['state']}: {state['detail']}"
 
     def __init__(self) -> None:
         self._op = load_op()
@@ -77,7 +79,8 @@ class NativeBackend(PinBackend):
         if found is None:
             return False
         start, owner, block = found
-        if not block.unlock() or not self._ranges.remove(start, owner):
+        if not self._ranges.remove(start, owner):  # another thread unpinned it first
             return False
+        block.unlock()
         ACCOUNT.remove(self.name, block.nbytes)
         return True

@@ -46,12 +46,25 @@ def library_path() -> Path:
     return build_directory() / f"{extension_name()}.so"
 
 
+def _find_pip_ninja() -> None:
+    """cpp_extension runs `ninja` from PATH, where the pip package's binary is only once its
+    environment is activated; append that folder (as a last resort) so `.venv/bin/python` builds."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    path = os.environ.get("PATH", "")
+    if ninja.BIN_DIR not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join(filter(None, [path, ninja.BIN_DIR]))
+
+
 def missing_prerequisites() -> list[str]:
     """What the build needs and this machine lacks, each with how to get it."""
     if os.name != "posix":
         return ["a POSIX system (the op uses posix_memalign and mlock)"]
     from torch.utils.cpp_extension import get_cxx_compiler, is_ninja_available
 
+    _find_pip_ninja()
     missing = []
     compiler = get_cxx_compiler()
     if shutil.which(compiler) is None:
@@ -97,7 +110,9 @@ def load_op(verbose: bool = False) -> ModuleType:
 
 def native_build_state() -> dict[str, str]:
     """{"state": "built" | "not built" | "cannot build", "detail": library path or reason}; never builds."""
-    if _op is not None or library_path().exists():
+    if _op is not None:  # the library loaded, wherever TORCH_EXTENSIONS_DIR points now
+        return {"state": "built", "detail": str(_op.__file__)}
+    if library_path().exists():
         return {"state": "built", "detail": str(library_path())}
     reason = _cannot_build_reason()
     if reason:

@@ -30,7 +30,8 @@ def host_extent(tensor: torch.Tensor) -> tuple[int, int] | None:
     if (not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided
             or tensor.device.type != "cpu" or holds_no_data(tensor)):
         return None
-    start = tensor.data_ptr()
+    # From the storage: data_ptr() is 0 for an empty tensor, even a slice of pinned memory.
+    start = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
     if tensor.numel() == 0:
         return start, start
     last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))

@@ -77,6 +77,13 @@ class GradReducer:
         finally:
             self._active = False
 
+    def abort(self) -> None:
+        """After a backward that raised: drop the half-done reduction so the next backward starts clean."""
+        self._inflight.clear()
+        for bucket in self._buckets:
+            bucket.buffer = None
+        self._active = False
+
     def remove_hooks(self) -> None:
         for handle in self._handles:
             handle.remove()

@@ -20,7 +20,7 @@ def build_report() -> CommandResult:
 
 
 def _bytes_or_unlimited(value: int | None) -> str:
-    return "unlimited" if value is None else f"{value} bytes"
+    return "unlimited" if value is None else f"{value / 2**20:.1f} MiB ({value} bytes)"
 
 
 def render(data: dict) -> str:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import gc
+import re
 import sys
+import threading
 
 import pytest
 import torch
@@ -123,6 +125,24 @@ def test_unpin_of_memory_it_did_not_pin(native):
     ],
 )
 def test_bad_input_is_one_line_with_the_fix(native, tensor, make_copy, message):
-    with pytest.raises(zero_pin.PinError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+    with pytest.raises(zero_pin.PinError, match=re.escape(message)) as error:
         native.pin_memory(tensor, make_copy=make_copy)
     assert "\n" not in str(error.value)
+
+
+def test_threads_share_one_range_manager_and_one_account(native, native_locked):
+    before = native_locked()
+
+    def work() -> None:
+        for _ in range(50):
+            pinned = native.pin_memory(torch.ones(100))
+            assert native.is_pinned(pinned[10:])
+            assert native.unpin_memory(pinned)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gc.collect()
+    assert native_locked() == before

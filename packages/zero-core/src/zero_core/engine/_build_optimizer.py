@@ -1,0 +1,96 @@
+"""The torch optimizer that steps the fp32 master: from the config, or the client's, re-pointed.
+
+Config names follow DeepSpeed: `Adam` is AdamW (decoupled weight decay) unless
+`adam_w_mode: false`, `AdamW` is AdamW, `SGD` is SGD, and any other torch.optim class is
+found by name. Adam's weight decay defaults to 0, as in DeepSpeed's fused Adam (torch's
+AdamW would default to 0.01). DeepSpeed-only kernel switches (`torch_adam`,
+`fp32_optimizer_states`) are accepted and have nothing to switch: the step is always torch's.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from zero_plugins import ZeroError
+
+from ..config import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import OptimizerConfig
+
+_KERNEL_SWITCHES = ("torch_adam", "fp32_optimizer_states")
+OptimizerFactory = Callable[[list[dict[str, Any]]], torch.optim.Optimizer]
+
+
+def build_optimizer(
+    config: OptimizerConfig | None,
+    client: torch.optim.Optimizer | OptimizerFactory | None,
+    groups: list[dict[str, Any]],
+) -> torch.optim.Optimizer:
+    """`groups` are param-group dicts whose "params" are the master tensors."""
+    if isinstance(client, torch.optim.Optimizer):
+        if config is not None:
+            warnings.warn("a client optimizer was passed, so the config's optimizer block is ignored (as in DeepSpeed)",
+                          stacklevel=3)
+        return _repoint(client, groups)
+    if client is not None:
+        if not callable(client):
+            raise ZeroError(f"optimizer must be a torch.optim.Optimizer or a callable (got {type(client).__name__})")
+        optimizer = client(groups)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ZeroError(f"the optimizer callable returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
+        return optimizer
+    if config is None:
+        raise ZeroError("no optimizer: pass optimizer= to initialize, or add an optimizer block to the config")
+    cls, kwargs = _from_config(config)
+    return cls(groups, **kwargs)
+
+
+def _repoint(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    # DeepSpeed's way: keep the client's object (its hyperparameters, and any scheduler built on
+    # it, stay valid) and swap each group's parameters for the master tensors.
+    for target, group in zip(optimizer.param_groups, groups):
+        target["params"] = group["params"]
+    return optimizer
+
+
+def _from_config(config: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    name = config.type.lower()
+    params = dict(config.params)
+    if "max_grad_norm" in params:
+        raise ConfigError("optimizer.params.max_grad_norm", "is not an optimizer parameter; set gradient_clipping instead")
+    if name in ("adam", "adamw"):
+        adam_w_mode = params.pop("adam_w_mode", True)
+        for switch in _KERNEL_SWITCHES:
+            params.pop(switch, None)
+        if params.pop("bias_correction", True) is not True:
+            raise ConfigError("optimizer.params.bias_correction", "false is not supported (torch's Adam always corrects)")
+        cls: type[torch.optim.Optimizer] = torch.optim.AdamW if name == "adamw" or adam_w_mode else torch.optim.Adam
+        params.setdefault("weight_decay", 0.0)
+    else:
+        found = _torch_optimizers()
+        if name not in found:
+            raise ConfigError("optimizer.type", f"unknown optimizer {config.type!r}; use Adam, AdamW, SGD or another "
+                              "torch.optim class by name")
+        cls = found[name]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "params")]
+    for key in params:
+        if key not in accepted:
+            raise ConfigError(f"optimizer.params.{key}",
+                              f"is not a parameter of torch.optim.{cls.__name__} (it takes {', '.join(accepted)})")
+    if isinstance(params.get("betas"), list):
+        params["betas"] = tuple(params["betas"])
+    return cls, params
+
+
+def _torch_optimizers() -> dict[str, type[torch.optim.Optimizer]]:
+    """torch.optim's optimizer classes by lower-case name (DeepSpeed's fallback for other type names)."""
+    classes = (getattr(torch.optim, name) for name in dir(torch.optim))
+    return {
+        cls.__name__.lower(): cls
+        for cls in classes
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer
+    }

@@ -1,0 +1,70 @@
+"""`zero_core.initialize`: DeepSpeed's entry point, with DeepSpeed's arguments and return value."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from zero_plugins import ZeroError
+
+from ..accelerator import get_accelerator
+from ..config import load_config
+from ._build import build_engine
+from ._build_optimizer import OptimizerFactory
+from ._dist import ensure_process_group
+from ._engine import ZeroEngine
+from ._optimizer import ZeroOptimizer
+
+
+def initialize(
+    args: Any = None,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | OptimizerFactory | None = None,
+    model_parameters: Iterable[Any] | None = None,
+    training_data: torch.utils.data.Dataset | None = None,
+    lr_scheduler: Any = None,
+    mpu: Any = None,
+    dist_init_required: bool | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    config_params: Mapping[str, Any] | None = None,
+) -> tuple[ZeroEngine, ZeroOptimizer, torch.utils.data.DataLoader | None, Any]:
+    """Wrap `model` for ZeRO training; returns `(engine, optimizer, training_dataloader, lr_scheduler)`.
+
+    - `config` (or `config_params`, or `args.deepspeed_config`): a ds_config path or dict.
+    - `optimizer`: a torch optimizer over the model's parameters, or a callable that takes
+      param groups; if None, the config's `optimizer` block is built.
+    - `model_parameters`: the parameters or param-group dicts to train (all of the model's
+      by default); parameters with `requires_grad=False` are frozen.
+    - `lr_scheduler`: a scheduler or a callable taking the optimizer; if None, the config's
+      `scheduler` block is built.
+    - `training_data`: a dataset; a DataLoader of micro-batches for this rank is returned.
+
+    torch.distributed is initialised from torchrun's environment if it is not already
+    (a process started without a launcher trains alone).
+    """
+    if model is None:
+        raise ZeroError("initialize needs model=")
+    if not isinstance(model, torch.nn.Module):
+        raise ZeroError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    if mpu is not None:
+        raise ZeroError("model parallelism (mpu=) is not supported by zero-core; pass mpu=None")
+    source = _config_source(args, config, config_params)
+    ensure_process_group(get_accelerator(), dist_init_required)
+    loaded = load_config(source, world_size=dist.get_world_size())
+    engine = build_engine(model, loaded, optimizer, model_parameters, lr_scheduler, training_data, collate_fn)
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
+
+
+def _config_source(args: Any, config: Any, config_params: Any) -> Any:
+    given = [value for value in (config, config_params) if value is not None]
+    if len(given) == 2:
+        raise ZeroError("pass the ds_config once: config= or config_params=, not both")
+    if given:
+        return given[0]
+    from_args = getattr(args, "deepspeed_config", None)
+    if from_args is not None:
+        return from_args
+    raise ZeroError("no ds_config: pass config= (a JSON path or a dict), or args with a deepspeed_config attribute")

@@ -1,0 +1,132 @@
+"""ZeroOptimizer: one step of the partitioned optimizer, and what `initialize` returns as `optimizer`.
+
+A step: the global gradient norm (each rank's owned gradients, summed across ranks from
+stage 1 on, where each element is owned by exactly one rank); with fp16, a non-finite norm
+is an overflow that skips the step; unscale and clip in one multiply while making the fp32
+gradients; the torch optimizer's step on the master; the master copied back into the
+compute-dtype params; from stage 1 on, every bucket all-gathered so all ranks hold the
+whole updated model again.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..memory.ledger import MemoryLedger
+from ._collectives import Collectives
+from ._groups import ShardedGroup
+from ._loss_scaler import LossScaler
+
+
+class ZeroOptimizer:
+    """Wraps the torch optimizer; `param_groups` and `state` are its own, so LR schedulers work unchanged."""
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        groups: list[ShardedGroup],
+        comm: Collectives,
+        loss_scaler: LossScaler,
+        gradient_clipping: float,
+        stage: int,
+        fp16: bool,
+        ledger: MemoryLedger,
+    ) -> None:
+        self.optimizer = optimizer
+        self.groups = groups
+        self.loss_scaler = loss_scaler
+        self.gradient_clipping = gradient_clipping
+        self.overflow = False
+        self._global_grad_norm: float | None = None
+        self._comm = comm
+        self._sharded = stage >= 1
+        self._fp16 = fp16
+        self._ledger = ledger
+
+    # --- what DeepSpeed's ZeRO optimizer exposes ---
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> dict:
+        return self.optimizer.state
+
+    @property
+    def loss_scale(self) -> float:
+        return self.loss_scaler.scale
+
+    @property
+    def cur_scale(self) -> float:
+        return self.loss_scaler.scale
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the engine's gradient buffers (they are persistent, so `set_to_none` cannot free them)."""
+        for group in self.groups:
+            group.grads.zero()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "loss_scaler": self.loss_scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.loss_scaler.load_state_dict(state["loss_scaler"])
+
+    # --- the step ---
+    def step(self) -> bool:
+        """Step with the reduced gradients; False when an fp16 overflow skipped it."""
+        scale = self.loss_scaler.scale
+        scaled_norm = self._scaled_grad_norm()
+        self._global_grad_norm = scaled_norm / scale
+        self.overflow = self._fp16 and not math.isfinite(scaled_norm)
+        if self.overflow:
+            self.zero_grad()
+            self.loss_scaler.update(True)
+            return False
+        combined = scale
+        if self.gradient_clipping > 0:
+            # DeepSpeed's (and torch's clip_grad_norm_'s) coefficient, folded into the unscale.
+            clip = (self._global_grad_norm + 1e-6) / self.gradient_clipping
+            if clip > 1:
+                combined *= clip
+        for group in self.groups:
+            group.master.load_grads(group.grads.owned, 1.0 / combined, self._ledger)
+        self.optimizer.step()
+        for group in self.groups:
+            group.master.clear_grads()
+            group.master.write_back(group.flat)
+        if self._sharded:
+            self._all_gather_params()
+        self.zero_grad()
+        self.loss_scaler.update(False)
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    self._ledger.register(value, "optim.state")
+        return True
+
+    def get_global_grad_norm(self) -> float | None:
+        """The unscaled global gradient norm of the last step, before clipping (None before any step)."""
+        return self._global_grad_norm
+
+    def _scaled_grad_norm(self) -> float:
+        owned = [grad for group in self.groups for grad in group.grads.owned]
+        if not owned:
+            return 0.0
+        squares = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in owned]).square().sum()
+        if self._sharded:
+            self._comm.all_reduce(squares)  # stage 0's gradients are already whole and equal on every rank
+        return squares.sqrt().item()
+
+    def _all_gather_params(self) -> None:
+        work = []
+        rank = self._comm.rank
+        for group in self.groups:
+            for index, layout in enumerate(group.layouts):
+                lo, hi = layout.shard_range(rank)
+                work.append(self._comm.all_gather(group.flat.bucket(index), group.flat.owned(index, lo, hi),
+                                                  async_op=True))
+        for handle in work:
+            handle.wait()

@@ -1,0 +1,45 @@
+"""Activation memory of a transformer, after Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models", section 4, no tensor or sequence parallelism).
+
+Per layer, with 16-bit activations, s tokens, micro-batch b, hidden size h and a heads:
+    s*b*h*34 + 5*a*s*s*b  bytes          (the paper's sbh(34 + 5as/h))
+The 5as^2b term is attention's softmax, its dropout mask and output; FlashAttention keeps
+none of them, and selective recomputation recomputes them in backward: both leave 34sbh.
+Full checkpointing keeps only each layer's 16-bit input (2sbh) and rebuilds one layer at a
+time. The logits add s*b*V values in 16 bits, and the loss an fp32 log-softmax of the same size.
+ZeRO partitions none of this: every GPU holds its own micro-batch's activations.
+"""
+from __future__ import annotations
+
+from ._formula import Q
+from ._lines import FORWARD_BACKWARD, Lines
+from ._settings import Training
+from ._spec import TransformerShape
+
+
+def activation_lines(shape: TransformerShape, training: Training, seq_len: int) -> Lines:
+    s, b = Q.var("s", seq_len), Q.var("b", training.micro_batch)
+    h, a = Q.var("h", shape.hidden_size), Q.var("a", shape.num_heads)
+    layers, vocab = Q.var("n", shape.num_layers), Q.var("V", shape.vocab_size)
+    scale = training.param_bytes // 2  # the formula counts 2-byte values; fp32 doubles them
+    linear_terms = 34 * s * b * h
+    full_layer = linear_terms if training.flash_attention else linear_terms + 5 * a * s * s * b
+    if scale > 1:
+        linear_terms, full_layer = scale * linear_terms, scale * full_layer
+    lines = Lines()
+    attention = "flash attention" if training.flash_attention else "attention scores kept"
+    if training.checkpointing == "none":
+        what = f"activations of every layer ({attention})"
+        lines.add("activations", "gpu", what, layers * full_layer, FORWARD_BACKWARD)
+    elif training.checkpointing == "selective":
+        what = "activations of every layer, attention core recomputed (selective checkpointing)"
+        lines.add("activations", "gpu", what, layers * linear_terms, FORWARD_BACKWARD)
+    else:
+        what = "checkpointed layer inputs (full checkpointing)"
+        lines.add("activations", "gpu", what, layers * (Q.const(2 * scale) * s * b * h), FORWARD_BACKWARD)
+        what = f"one layer's activations, rebuilt at a time ({attention})"
+        lines.add("activations", "gpu", what, full_layer, FORWARD_BACKWARD)
+    logits = s * b * vocab * (Q.const(training.param_bytes) + 4)
+    what = f"logits ({'16-bit' if training.mixed else 'fp32'}) and the loss's fp32 log-softmax"
+    lines.add("activations", "gpu", what, logits, FORWARD_BACKWARD)
+    return lines

@@ -1,0 +1,198 @@
+"""Flags shared by `zero estimate` and `zero plan`, and turning them into estimator inputs.
+
+Values are parsed here rather than by argparse types, so a bad value is one line naming
+the flag (argparse would print the whole usage first).
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import _checks, _sources
+from ._errors import EstimateError
+from ._settings import CHECKPOINTING, OFFLOAD_DEVICES, OPTIMIZERS, PRECISION_BYTES, Cluster, Training, ZeroSettings
+from ._spec import LoraSpec, ModelSpec, TransformerShape
+from ._units import parse_count
+
+# API argument names -> the flag that sets them, so errors raised below the CLI name the flag.
+FLAGS = {
+    "total_params": "--params",
+    "num_gpus_per_node": "--gpus",
+    "num_nodes": "--nodes",
+    "additional_buffer_factor": "--additional-buffer-factor",
+    "largest_layer_params": "--largest-layer",
+    "trainable_params": "--trainable-params",
+    "gpus_per_node": "--gpus",
+    "nodes": "--nodes",
+    "precision": "--precision",
+    "optimizer": "--optimizer",
+    "micro_batch": "--micro-batch",
+    "seq_len": "--seq-len",
+    "grad_accum": "--grad-accum",
+    "checkpointing": "--checkpointing",
+    "stage": "--stage",
+    "offload_optimizer": "--offload-optimizer",
+    "offload_param": "--offload-param",
+    "lora_rank": "--lora-rank",
+    "lora_targets": "--lora-targets",
+    "preset": "--preset",
+    "gpu_memory": "--gpu-memory",
+    "cpu_memory": "--cpu-memory",
+    "nvme": "--nvme",
+}
+# Integer ZeRO settings: flag -> ZeroSettings field.
+_ZERO_COUNTS = {
+    "--reduce-bucket-size": "reduce_bucket_size",
+    "--allgather-bucket-size": "allgather_bucket_size",
+    "--prefetch-bucket-size": "stage3_prefetch_bucket_size",
+    "--max-live-parameters": "stage3_max_live_parameters",
+    "--param-persistence-threshold": "stage3_param_persistence_threshold",
+    "--sub-group-size": "sub_group_size",
+}
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model (one of --params, --preset, --config)")
+    group.add_argument("--params", metavar="N", help="total parameter count, e.g. 6.9e9 or 6.9B")
+    group.add_argument("--preset", metavar="NAME", help=f"a known model: {', '.join(sorted(_sources.PRESETS))}")
+    group.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or the folder holding it")
+    group.add_argument("--largest-layer", metavar="N", help="with --params: params of the largest module")
+    group.add_argument("--trainable-params", metavar="N", help="with --params: how many params train (default all)")
+    group.add_argument("--layers", metavar="N", help="with --params: transformer layers, for activations")
+    group.add_argument("--hidden-size", metavar="N", help="with --params: hidden size, for activations")
+    group.add_argument("--heads", metavar="N", help="with --params: attention heads, for activations")
+    group.add_argument("--vocab-size", metavar="N", help="with --params: vocabulary size, for the logits")
+    group.add_argument("--base-model", action="store_true", help="count the model without its LM head (AutoModel)")
+    group.add_argument("--lora-rank", metavar="R", help="train LoRA adapters of rank R; the base model is frozen")
+    group.add_argument(
+        "--lora-targets", metavar="A,B", default="all-linear", help="linear layers to adapt (default all-linear)"
+    )
+
+
+def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True) -> None:
+    """Hardware, training and ZeRO flags; `offload=False` leaves out the offload devices (plan tries them all)."""
+    hardware = parser.add_argument_group("hardware")
+    hardware.add_argument("--gpus", metavar="N", default="1", help="GPUs per node (default 1)")
+    hardware.add_argument("--nodes", metavar="N", default="1", help="nodes (default 1)")
+    training = parser.add_argument_group("training")
+    training.add_argument("--precision", metavar="P", default="bf16", help=_one_of(PRECISION_BYTES, "bf16"))
+    training.add_argument("--optimizer", metavar="NAME", default="adamw", help=_one_of(OPTIMIZERS, "adamw"))
+    training.add_argument("--micro-batch", metavar="N", default="1", help="micro-batch per GPU (default 1)")
+    training.add_argument("--seq-len", metavar="N", help="tokens per sample (default 2048, or the model's maximum)")
+    training.add_argument("--grad-accum", metavar="N", default="1", help="gradient accumulation steps (default 1)")
+    training.add_argument("--checkpointing", metavar="MODE", default="none", help=_one_of(CHECKPOINTING, "none"))
+    training.add_argument("--flash-attention", action="store_true", help="attention keeps no s x s scores")
+    zero = parser.add_argument_group("ZeRO (zero_optimization keys; DeepSpeed's defaults)")
+    if offload:
+        devices = _one_of(OFFLOAD_DEVICES, "none")
+        zero.add_argument("--offload-optimizer", metavar="DEVICE", default="none", help=devices)
+        zero.add_argument("--offload-param", metavar="DEVICE", default="none", help="none | cpu | nvme; stage 3 only")
+    for flag, field in _ZERO_COUNTS.items():
+        zero.add_argument(flag, metavar="N", help=f"elements (default {getattr(ZeroSettings, field):,})")
+    zero.add_argument("--overlap-comm", action=argparse.BooleanOptionalAction, help="default: on for stage 3 only")
+    zero.add_argument(
+        "--no-memory-efficient-linear", action="store_true", help="stage 3: autograd keeps every gathered weight"
+    )
+    zero.add_argument("--no-zero-init", action="store_true", help="stage 3: build the whole model on each process")
+    zero.add_argument("--no-pin-memory", action="store_true", help="offload buffers are pageable, not pinned")
+
+
+def model_from_args(args: argparse.Namespace) -> ModelSpec:
+    given = [flag for flag in ("params", "preset", "config") if getattr(args, flag)]
+    if len(given) != 1:
+        problem = "no model given" if not given else f"{' and '.join('--' + g for g in given)} both given"
+        raise EstimateError(f"{problem}; pass exactly one of --params N, --preset NAME or --config PATH")
+    number_only = ("largest_layer", "trainable_params", "layers", "hidden_size", "heads", "vocab_size")
+    if not args.params:
+        for name in number_only:
+            if getattr(args, name) is not None:
+                raise EstimateError(f"--{name.replace('_', '-')} goes with --params; --{given[0]} already gives it")
+    lora = None
+    if args.lora_rank is not None:
+        targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+        lora = LoraSpec(parse_count(args.lora_rank, "--lora-rank"), targets)
+    if args.preset:
+        return _sources.from_preset(args.preset, head=not args.base_model, lora=lora)
+    if args.config:
+        try:
+            return _sources.from_hf_config(Path(args.config), head=not args.base_model, lora=lora)
+        except EstimateError as error:
+            if error.field is None or error.field in FLAGS:
+                raise  # already names the file, or a flag of its own
+            raise EstimateError(str(error), f"--config {args.config}") from None
+    if lora:
+        needs = "LoRA needs the model's layers; use --preset or --config, or --trainable-params with --params"
+        raise EstimateError(needs, "lora_rank")
+    return _sources.from_numbers(
+        parse_count(args.params, "--params"),
+        _optional_count(args.largest_layer, "--largest-layer"),
+        _optional_count(args.trainable_params, "--trainable-params", minimum=0),
+        shape=_shape(args),
+        name="model",
+    )
+
+
+def _shape(args: argparse.Namespace) -> TransformerShape | None:
+    flags = {"--layers": args.layers, "--hidden-size": args.hidden_size, "--heads": args.heads}
+    if all(value is None for value in flags.values()):
+        if args.vocab_size is not None:
+            raise EstimateError("--vocab-size needs --layers, --hidden-size and --heads too")
+        return None
+    missing = [flag for flag, value in flags.items() if value is None]
+    if missing:
+        raise EstimateError(f"activations need {', '.join(missing)} as well as {', '.join(set(flags) - set(missing))}")
+    layers, hidden, heads = (parse_count(value, flag) for flag, value in flags.items())
+    vocab = _optional_count(args.vocab_size, "--vocab-size") or 0
+    return TransformerShape(layers, hidden, heads, vocab)
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    return Cluster(parse_count(args.gpus, "--gpus"), parse_count(args.nodes, "--nodes"))
+
+
+def training_from_args(args: argparse.Namespace) -> Training:
+    return Training(
+        precision=_checks.choice(args.precision, "--precision", PRECISION_BYTES),
+        optimizer=_checks.choice(args.optimizer, "--optimizer", OPTIMIZERS),
+        micro_batch=parse_count(args.micro_batch, "--micro-batch"),
+        seq_len=_optional_count(args.seq_len, "--seq-len"),
+        grad_accum=parse_count(args.grad_accum, "--grad-accum"),
+        checkpointing=_checks.choice(args.checkpointing, "--checkpointing", CHECKPOINTING),
+        flash_attention=args.flash_attention,
+    )
+
+
+def zero_from_args(args: argparse.Namespace, stage: int) -> ZeroSettings:
+    counts = {}
+    for flag, field in _ZERO_COUNTS.items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            counts[field] = parse_count(value, flag, minimum=1 if field == "reduce_bucket_size" else 0)
+    optimizer_device = getattr(args, "offload_optimizer", "none")  # `zero plan` has no offload flags
+    param_device = getattr(args, "offload_param", "none")
+    return ZeroSettings(
+        stage=stage,
+        offload_optimizer=_checks.choice(optimizer_device, "--offload-optimizer", OFFLOAD_DEVICES),
+        offload_param=_checks.choice(param_device, "--offload-param", OFFLOAD_DEVICES),
+        overlap_comm=args.overlap_comm,
+        memory_efficient_linear=not args.no_memory_efficient_linear,
+        zero_init=not args.no_zero_init,
+        pin_memory=not args.no_pin_memory,
+        **counts,
+    )
+
+
+def _one_of(names: Iterable[str], default: str) -> str:
+    return f"{' | '.join(names)} (default {default})"
+
+
+def _optional_count(value: str | None, flag: str, *, minimum: int = 1) -> int | None:
+    return None if value is None else parse_count(value, flag, minimum=minimum)
+
+
+def flagged(error: EstimateError) -> str:
+    """The error with the API argument name replaced by the CLI flag."""
+    if error.field in FLAGS:
+        return f"{FLAGS[error.field]}: {error.reason}"
+    return str(error)

@@ -1,0 +1,61 @@
+"""Text of `zero plan`: the configurations that fit, cheapest first, and the nearest misses."""
+from __future__ import annotations
+
+from zero_plugins import format_table
+
+from ._estimate import Estimate
+from ._plan import Candidate, Limits, Plan
+from ._report import describe
+from ._units import gib
+
+_DEVICE_NAMES = {"gpu": "GPU", "cpu": "host memory", "nvme": "NVMe"}
+
+
+def plan_text(result: Plan) -> str:
+    limits = result.limits
+    parts = [describe((result.fits or result.misses)[0].estimate)]
+    budget = f"{gib(limits.gpu_memory)} GiB per GPU"
+    if limits.cpu_memory is not None:
+        budget += f", {gib(limits.cpu_memory)} GiB host memory per node"
+    if limits.nvme is not None:
+        budget += f", {gib(limits.nvme)} GiB NVMe per node"
+    if result.fits:
+        rows = [_row(c.estimate, limits.gpu_memory) for c in result.fits]
+        headers = ["stage", "offload opt/param", "GPU peak", "GPU free", "CPU/node", "pinned", "NVMe/node", "comm/step"]
+        parts.append(f"Fits in {budget}, cheapest first:\n" + format_table(headers, rows))
+    else:
+        parts.append(f"Nothing fits in {budget}.")
+    if result.misses:
+        parts.append("Nearest misses:\n" + "\n".join(_miss(c, limits) for c in result.misses[:3]))
+    if limits.cpu_memory is None:
+        parts.append("note: host memory not checked; pass --cpu-memory to check it")
+    return "\n\n".join(parts)
+
+
+def _row(e: Estimate, gpu_memory: int) -> list[str]:
+    peak = e.peak("gpu")[1]
+    comm = "3P" if e.zero.stage == 3 else "2P"  # per GPU per step, in param sizes (ZeRO paper)
+    host = [gib(e.peak(device)[1]) for device in ("cpu", "pinned", "nvme")]
+    return [str(e.zero.stage), e.zero.label(), gib(peak), gib(gpu_memory - peak), *host, comm]
+
+
+def _miss(candidate: Candidate, limits: Limits) -> str:
+    e = candidate.estimate
+    shortfalls = []
+    for device, over in candidate.over.items():
+        need, limit = gib(e.peak(device)[1]), gib(limits.capacity(device) or 0)
+        shortfalls.append(f"{_DEVICE_NAMES[device]} needs {need} GiB, {gib(over)} GiB over {limit}")
+    return f"  stage {e.zero.stage}, offload {e.zero.label()}: {'; '.join(shortfalls)}{_hint(candidate)}"
+
+
+def _hint(candidate: Candidate) -> str:
+    """Point at activations when they alone are more than the overshoot: no ZeRO stage shrinks them."""
+    over = candidate.over.get("gpu")
+    e = candidate.estimate
+    if over is None:
+        return ""
+    activations = e.by_category("gpu", e.peak("gpu")[0]).get("activations", 0)
+    if activations < over:
+        return ""
+    fix = "--checkpointing full" if e.training.checkpointing != "full" else "a smaller --micro-batch or --seq-len"
+    return f" (activations are {gib(activations)} GiB of it: try {fix})"

@@ -1,0 +1,117 @@
+"""Text of `zero estimate`: the per-phase table, the breakdown by category, and --explain."""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from zero_plugins import format_table
+
+from ._estimate import Estimate
+from ._lines import CATEGORIES, PHASES
+from ._units import gib, human_count
+
+SYMBOLS = {
+    "P": "params in the model",
+    "T": "trainable params",
+    "N": "GPUs in all (data-parallel world size)",
+    "g": "GPUs per node (host lines are per node)",
+    "Pp": "params kept whole by stage3_param_persistence_threshold",
+    "L": "params of the largest module",
+    "W": "linear-layer weights",
+    "ML": "stage3_max_live_parameters",
+    "PF": "stage3_prefetch_bucket_size",
+    "RB": "reduce_bucket_size",
+    "AB": "allgather_bucket_size",
+    "SG": "sub_group_size",
+    "nb": "offload buffer_count",
+    "bs": "offload_param.buffer_size",
+    "F": "Adafactor's factored state elements",
+    "s": "sequence length",
+    "b": "micro-batch size",
+    "h": "hidden size",
+    "a": "attention heads",
+    "n": "transformer layers",
+    "V": "vocabulary size",
+}
+
+
+def describe(estimate: Estimate) -> str:
+    """Two lines: the model, then the hardware and the training loop."""
+    model, training, cluster = estimate.model, estimate.training, estimate.cluster
+    parts = [f"{model.name}: {human_count(model.total_params)} params"]
+    if model.trainable_params != model.total_params:
+        lora = model.lora
+        how = f": LoRA rank {lora.rank} on {', '.join(lora.targets)}" if lora else ""
+        parts.append(f" ({human_count(model.trainable_params)} trainable{how})")
+    if model.largest_layer_params is not None:
+        parts.append(f", largest layer {human_count(model.largest_layer_params)}")
+    nodes = "node" if cluster.nodes == 1 else "nodes"
+    gpus = "GPU" if cluster.gpus_per_node == 1 else "GPUs"
+    precision = "fp32" if not training.mixed else f"{training.precision} mixed precision"
+    setup = (
+        f"{cluster.nodes} {nodes} x {cluster.gpus_per_node} {gpus}; {precision}, {training.optimizer}; "
+        f"micro-batch {training.micro_batch} x {estimate.seq_len} tokens, gradient accumulation {training.grad_accum}; "
+        f"activation checkpointing {training.checkpointing}{', flash attention' if training.flash_attention else ''}"
+    )
+    return "".join(parts) + "\n" + setup
+
+
+def phase_table(estimates: Sequence[Estimate]) -> str:
+    rows = []
+    for e in estimates:
+        gpu = [gib(e.total("gpu", phase)) for phase in PHASES]
+        rows.append(
+            [str(e.zero.stage), e.zero.label(), *gpu, gib(e.peak("gpu")[1])]
+            + [gib(e.peak(device)[1]) for device in ("cpu", "pinned", "nvme")]
+        )
+    headers = ["stage", "offload opt/param", *PHASES, "GPU peak", "CPU/node", "pinned", "NVMe/node"]
+    return "GiB per GPU by phase; host columns are each node's peak\n" + format_table(headers, rows)
+
+
+def category_table(estimates: Sequence[Estimate]) -> str:
+    peaks = [e.peak("gpu")[0] for e in estimates]
+    columns = [e.by_category("gpu", phase) for e, phase in zip(estimates, peaks)]
+    rows = [
+        [category, *(gib(column.get(category, 0)) for column in columns)]
+        for category in CATEGORIES
+        if any(column.get(category) for column in columns)
+    ]
+    rows.append(["total", *(gib(sum(column.values())) for column in columns)])
+    headers = ["category", *(f"stage {e.zero.stage} ({phase})" for e, phase in zip(estimates, peaks))]
+    return "GiB per GPU by ledger category, at each stage's GPU peak\n" + format_table(headers, rows)
+
+
+def notes(estimates: Sequence[Estimate]) -> list[str]:
+    seen: dict[str, None] = {}
+    for e in estimates:
+        seen.update(dict.fromkeys(e.notes))
+    return list(seen)
+
+
+def explain(estimates: Sequence[Estimate]) -> str:
+    """Every copy with its formula and the numbers put in, per configuration."""
+    used = {symbol for e in estimates for line in e.lines for symbol in _symbols(line.formula)}
+    legend = [f"  {symbol:<3} {meaning}" for symbol, meaning in SYMBOLS.items() if symbol in used]
+    blocks = ["Symbols:\n" + "\n".join(legend)]
+    for e in estimates:
+        phase, peak = e.peak("gpu")
+        out = [f"stage {e.zero.stage}, offload {e.zero.label()}: GPU peak {gib(peak)} GiB at {phase}"]
+        for line in e.lines:
+            where = f"{line.device}{', pinned' if line.pinned else ''}; {' '.join(line.phases)}"
+            out.append(f"  {line.category:<16} {line.what} [{where}]")
+            out.append(f"      {line.formula} = {line.numbers} = {line.bytes:,} B = {gib(line.bytes)} GiB")
+        blocks.append("\n".join(out))
+    return "\n\n".join(blocks)
+
+
+def _symbols(formula: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z]+", formula)) & set(SYMBOLS)
+
+
+def report_text(estimates: Sequence[Estimate], *, with_explain: bool) -> str:
+    parts = [describe(estimates[0]), phase_table(estimates), category_table(estimates)]
+    if with_explain:
+        parts.append(explain(estimates))
+    if notes(estimates):
+        parts.append("\n".join(f"note: {note}" for note in notes(estimates)))
+    return "\n\n".join(parts)

@@ -1,0 +1,163 @@
+"""Model states, copy by copy: params, gradients, optimizer, buckets, host and NVMe buffers.
+
+Each line is per GPU (device "gpu") or per node (host devices), with the phases in which
+it is live. The stage contracts are DESIGN.md's:
+    stage 0: whole params, grads and optimizer on every GPU
+    stage 1: optimizer partitioned (1/N each)
+    stage 2: + gradients partitioned (reduce-scattered in buckets during backward)
+    stage 3: + params partitioned, gathered module by module for forward and backward
+"""
+from __future__ import annotations
+
+from ._errors import EstimateError
+from ._formula import Q, largest, smallest
+from ._lines import ALWAYS, BACKWARD, BACKWARD_STEP, FORWARD_BACKWARD, INIT, STEP, Lines
+from ._settings import Cluster, Training, ZeroSettings
+from ._spec import ModelSpec
+
+# Bytes per trainable param of each optimizer's fp32 state (Adafactor's depends on shapes).
+STATE_BYTES = {"adamw": 8, "adam": 8, "sgd-momentum": 4, "sgd": 0}
+_STATE_NAMES = {"adamw": "Adam m and v", "adam": "Adam m and v", "sgd-momentum": "SGD momentum", "sgd": "SGD: none"}
+
+
+class _Context:
+    """The quantities every formula refers to, named as the docs name them."""
+
+    def __init__(self, spec: ModelSpec, cluster: Cluster, training: Training, zero: ZeroSettings) -> None:
+        self.spec, self.training, self.zero = spec, training, zero
+        self.P = Q.var("P", spec.total_params)
+        self.T = Q.var("T", spec.trainable_params)
+        self.N = Q.var("N", cluster.world_size)
+        self.g = Q.var("g", cluster.gpus_per_node)
+        self.b = Q.const(training.param_bytes)
+        self.word = "16-bit" if training.mixed else "fp32"
+        # The optimizer's share of the trainable params on this GPU: all of it at stage 0.
+        self.T_part = self.T if zero.stage == 0 else self.T.per(self.N)
+        self.pinned = zero.pin_memory
+        self.notes: list[str] = []
+
+
+def state_lines(spec: ModelSpec, cluster: Cluster, training: Training, zero: ZeroSettings) -> tuple[Lines, list[str]]:
+    """Every model-state copy of `spec` trained with these settings, and notes on what was assumed."""
+    c = _Context(spec, cluster, training, zero)
+    lines = Lines()
+    if zero.stage < 3:
+        lines.add("param.partition", "gpu", f"{c.word} params, whole model on every GPU", c.b * c.P, ALWAYS)
+    else:
+        _stage3_params(c, lines)
+    _gradients(c, lines)
+    _optimizer(c, lines)
+    if zero.stage in (1, 2):
+        bucket = Q.var("AB", zero.allgather_bucket_size)
+        what = f"all-gather bucket for the updated {c.word} partitions (allgather_bucket_size)"
+        lines.add("comm", "gpu", what, c.b * smallest(bucket, c.P), STEP)
+    _model_load(c, lines)
+    return lines, c.notes
+
+
+def _stage3_params(c: _Context, lines: Lines) -> None:
+    threshold = c.zero.stage3_param_persistence_threshold
+    persistent = c.spec.persistent_params(threshold)
+    if not c.spec.modules:
+        c.notes.append("params kept whole by stage3_param_persistence_threshold are unknown from counts: taken as 0")
+    Pp = Q.var("Pp", persistent)
+    Pn = c.P - Pp if persistent else c.P
+    what = f"{c.word} params of <= {threshold:,} elements, whole on every GPU"
+    lines.add("param.persistent", "gpu", what, c.b * Pp, ALWAYS)
+    partition = c.b * Pn.per(c.N)
+    device = c.zero.offload_param
+    if device == "none":
+        lines.add("param.partition", "gpu", f"{c.word} param partition", partition, ALWAYS)
+    elif device == "cpu":
+        what = f"{c.word} param partitions offloaded to the host"
+        lines.add("param.partition", "cpu", what, c.g * partition, ALWAYS, pinned=c.pinned)
+    else:
+        lines.add("param.partition", "nvme", f"{c.word} param partitions offloaded to NVMe", c.g * partition, ALWAYS)
+        buffers = Q.var("nb", c.zero.param_buffer_count) * Q.var("bs", c.zero.param_buffer_size)
+        what = "param swap buffers (offload_param.buffer_count x buffer_size)"
+        lines.add("swap.buffer", "cpu", what, c.g * buffers * c.b, ALWAYS, pinned=True)
+    if c.spec.largest_layer_params is None:
+        c.notes.append("largest layer unknown (pass --largest-layer): the stage-3 working set assumes 0 + prefetch")
+    L = Q.var("L", c.spec.largest_layer_params or 0)
+    live = Q.var("ML", c.zero.stage3_max_live_parameters)
+    prefetch = Q.var("PF", c.zero.stage3_prefetch_bucket_size)
+    working_set = smallest(Pn, largest(L, smallest(live, L + prefetch)))
+    if c.zero.memory_efficient_linear:
+        what = "gathered params: the running module plus prefetch, held to max_live_parameters"
+        lines.add("param.gathered", "gpu", what, c.b * working_set, FORWARD_BACKWARD)
+        return
+    weights = c.spec.linear_weight_params(above=threshold)
+    if weights is None:
+        c.notes.append("linear weights unknown from counts: autograd is taken to keep every gathered param")
+    W = Q.var("W", Pn.value if weights is None else weights)
+    what = "gathered linear weights autograd keeps until backward (memory_efficient_linear=false)"
+    lines.add("param.gathered", "gpu", what, c.b * largest(W, working_set), FORWARD_BACKWARD)
+
+
+def _gradients(c: _Context, lines: Lines) -> None:
+    stage = c.zero.stage
+    if stage < 2:
+        lines.add("grad.partition", "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP)
+    elif c.zero.offload_optimizer == "none":
+        what = f"{c.word} grad partition (reduce-scattered during backward)"
+        lines.add("grad.partition", "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP)
+    bucket = c.b * smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
+    if c.zero.overlap and stage < 3:
+        lines.add("grad.bucket", "gpu", "two gradient reduce buckets (overlap_comm)", 2 * bucket, BACKWARD)
+    else:
+        lines.add("grad.bucket", "gpu", "gradient reduce bucket (reduce_bucket_size)", bucket, BACKWARD)
+
+
+def _optimizer(c: _Context, lines: Lines) -> None:
+    device = {"none": "gpu", "cpu": "cpu", "nvme": "nvme"}[c.zero.offload_optimizer]
+    on_host = device != "gpu"
+    per_node = c.g if on_host else Q.const(1)
+    pinned = c.pinned and device == "cpu"
+
+    def add(category: str, what: str, q: Q) -> None:
+        lines.add(category, device, what, per_node * q if on_host else q, ALWAYS, pinned=pinned)
+
+    if c.training.mixed or on_host:
+        add("optim.master", "fp32 master params", 4 * c.T_part)
+    add("optim.state", *_state(c))
+    if on_host:
+        what = "fp32 grad partition on the host, filled during backward for the CPU step"
+        lines.add("grad.partition", "cpu", what, c.g * 4 * c.T_part, ALWAYS, pinned=c.pinned)
+    elif c.training.mixed:
+        upcast = c.T_part
+        if c.zero.stage == 3:  # stage 3 steps one sub-group at a time
+            upcast = smallest(c.T_part, Q.var("SG", c.zero.sub_group_size))
+        lines.add("grad.partition", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * upcast, STEP)
+    if device == "nvme":
+        sub_group = smallest(Q.var("SG", c.zero.sub_group_size), c.T_part)
+        buffers = Q.var("nb", c.zero.optimizer_buffer_count) * 4 * sub_group
+        what = "optimizer swap buffers (offload_optimizer.buffer_count x sub-group)"
+        lines.add("swap.buffer", "cpu", what, c.g * buffers, ALWAYS, pinned=True)
+    if c.training.grad_accum > 1 and c.zero.offload_param != "none":
+        what = f"{c.word} grads accumulated on the host (gradient_accumulation_steps > 1)"
+        lines.add("grad.partition", "cpu", what, c.g * c.b * c.T_part, BACKWARD_STEP, pinned=c.pinned)
+
+
+def _state(c: _Context) -> tuple[str, Q]:
+    name = c.training.optimizer
+    if name != "adafactor":
+        return f"{_STATE_NAMES[name]} (fp32)", Q.const(STATE_BYTES[name]) * c.T_part
+    factored = c.spec.factored_state_elements()
+    if factored is None:
+        raise EstimateError(
+            "adafactor's state depends on the parameter shapes; use --preset or --config, or another optimizer",
+            "optimizer",
+        )
+    F = Q.var("F", factored)
+    return "Adafactor row and column second moments (fp32)", 4 * (F if c.zero.stage == 0 else F.per(c.N))
+
+
+def _model_load(c: _Context, lines: Lines) -> None:
+    if c.zero.stage == 3 and c.zero.zero_init:
+        if c.spec.largest_layer_params is None:
+            c.notes.append("host memory for zero.Init model load unknown without --largest-layer")
+            return
+        what = "fp32 layer each GPU's process builds at a time under zero.Init"
+        lines.add("other", "cpu", what, c.g * 4 * Q.var("L", c.spec.largest_layer_params), INIT)
+        return
+    lines.add("other", "cpu", "fp32 model each GPU's process builds before moving it", c.g * 4 * c.P, INIT)

@@ -1,0 +1,97 @@
+"""The memory ledger, its report and see_memory_usage."""
+from __future__ import annotations
+
+import gc
+import re
+
+import pytest
+import torch
+from zero_core import MemoryLedger, see_memory_usage
+
+
+def test_a_storage_is_counted_once_and_uncounted_when_it_dies() -> None:
+    ledger = MemoryLedger()
+    buffer = ledger.register(torch.zeros(100), "grad.full")
+    ledger.register(buffer[10:20], "grad.full")  # a view: same storage
+    ledger.register(buffer[:5], "optim.state")  # already owned: keeps its first category
+    assert ledger.current("grad.full") == 400 and ledger.current("optim.state") == 0
+    del buffer
+    gc.collect()
+    assert ledger.current("grad.full") == 0 and ledger.peak("grad.full") == 400
+    assert ledger.total() == 0 and ledger.total_peak() == 400
+
+
+def test_peaks_reset_to_the_current_figures() -> None:
+    ledger = MemoryLedger()
+    keep = ledger.register(torch.zeros(10), "optim.master")
+    transient = ledger.register(torch.zeros(50), "optim.grad")
+    del transient
+    ledger.reset_peaks()
+    assert (ledger.peak("optim.grad"), ledger.peak("optim.master"), ledger.total_peak()) == (0, 40, 40)
+    assert keep.numel() == 10
+
+
+def test_tracking_files_anonymous_storages_by_phase_and_moves_registered_ones() -> None:
+    ledger = MemoryLedger()
+    ledger.set_tracking(True)
+    x = torch.ones(64)
+    with ledger.phase("forward"):
+        activation = x * 2  # 256 bytes made in forward
+        owned = ledger.new("grad.bucket", lambda: torch.zeros(32))
+    with ledger.phase("step"):
+        temporary = x + 1
+        state = x.clone()
+    ledger.register(state, "optim.state")
+    assert ledger.current("activations") == 256
+    assert ledger.current("grad.bucket") == 128 and ledger.peak("activations") == 256
+    assert ledger.current("other") == 256 and ledger.peak("other") == 512
+    assert ledger.current("optim.state") == 256
+    del activation, temporary
+    gc.collect()
+    assert ledger.current("activations") == 0 and ledger.current("other") == 0
+    assert owned.numel() == 32
+
+
+def test_nested_phases_keep_one_tracker_and_the_inner_label() -> None:
+    ledger = MemoryLedger()
+    ledger.set_tracking(True)
+    with ledger.phase("step"), ledger.phase("backward"):
+        grad = torch.ones(8) * 3
+    assert ledger.current("activations") == 32 and grad.sum() == 24
+
+
+def test_report_is_a_dict_per_device_and_a_table() -> None:
+    ledger = MemoryLedger()
+    kept = ledger.register(torch.zeros(256, dtype=torch.bfloat16), "param.persistent")
+    ledger.count_comm("all_gather", 1024, 512)
+    ledger.count_comm("all_gather", 1024, 512)
+    report = ledger.report(pinned={"total": {"current": 0, "peak": 4096}, "backends": {}})
+    assert report == {"cpu": {"param.persistent": {"current": 512, "peak": 512}, "total": {"current": 512, "peak": 512}}}
+    assert report.comm == {"all_gather": {"calls": 2, "payload_bytes": 2048, "sent_bytes": 1024}}
+    assert report.as_dict()["pinned"]["total"]["peak"] == 4096
+    text = str(report)
+    assert re.search(r"cpu\s+param\.persistent\s+512 B \(0\.00 MiB\)\s+512 B", text)
+    assert re.search(r"all_gather\s+2\s+2048 B", text)
+    assert "tracking is off" in text
+    assert kept.numel() == 256
+
+
+def test_unknown_category_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown ledger category 'grads'"):
+        MemoryLedger().register(torch.zeros(1), "grads")
+
+
+def test_see_memory_usage_prints_deepspeeds_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    text = see_memory_usage("after init")
+    printed = capsys.readouterr().out
+    assert printed.strip() == text.strip()
+    lines = text.splitlines()
+    assert lines[0] == "after init"
+    assert re.fullmatch(r"MA [\d.]+ GB {9}Max_MA [\d.]+ GB {9}CA [\d.]+ GB {9}Max_CA \d+ GB ", lines[1])
+    assert re.fullmatch(r"CPU Virtual Memory:  used = [\d.]+ GB, percent = [\d.]+%", lines[2])
+    assert re.fullmatch(r"Pinned Memory:  current = [\d.]+ GB, peak = [\d.]+ GB.*", lines[3])
+
+
+def test_see_memory_usage_force_false_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert see_memory_usage("quiet", force=False) is None
+    assert capsys.readouterr().out == ""

@@ -1,0 +1,196 @@
+"""Our per-copy model: the stage contracts of DESIGN.md, offload, LoRA, activations and phases."""
+from __future__ import annotations
+
+import pytest
+from zero_estimate import (
+    CATEGORIES,
+    Cluster,
+    EstimateError,
+    LoraSpec,
+    Training,
+    TransformerShape,
+    ZeroSettings,
+    estimate,
+    from_numbers,
+    from_preset,
+)
+
+P = 1_000_000  # small enough that every bucket holds the whole model: min(RB, P) = P
+N = 4
+MODEL = from_numbers(P, largest_layer_params=100_000)
+FOUR_GPUS = Cluster(gpus_per_node=N)
+
+
+def _gpu(stage: int, phase: str, **zero) -> dict[str, int]:
+    return estimate(MODEL, FOUR_GPUS, Training(), ZeroSettings(stage=stage, **zero)).by_category("gpu", phase)
+
+
+@pytest.mark.parametrize(
+    ("stage", "params", "optimizer"),
+    [(0, 2 * P, 12 * P), (1, 2 * P, 12 * P // N), (2, 2 * P, 12 * P // N), (3, 2 * P // N, 12 * P // N)],
+)
+def test_model_states_after_init_follow_the_stage_contracts(stage, params, optimizer):
+    after_init = _gpu(stage, "init")
+    assert after_init.get("param.partition", 0) + after_init.get("param.persistent", 0) == params
+    assert after_init["optim.master"] + after_init["optim.state"] == optimizer
+    assert after_init["optim.master"] == optimizer // 3  # fp32 master 4 bytes of Adam's 12
+
+
+@pytest.mark.parametrize(("stage", "grads"), [(0, 2 * P), (1, 2 * P), (2, 2 * P // N), (3, 2 * P // N)])
+def test_gradients_are_whole_below_stage_2_and_a_partition_from_stage_2(stage, grads):
+    backward = _gpu(stage, "backward")
+    assert backward["grad.partition"] == grads
+    assert backward["grad.bucket"] == 2 * P  # reduce_bucket_size bounds it; this model is smaller
+
+
+def test_the_optimizer_steps_on_an_fp32_copy_of_the_grads_and_stage_1_2_all_gather_in_a_bucket():
+    step, backward = _gpu(2, "step"), _gpu(2, "backward")
+    assert step["grad.partition"] - backward["grad.partition"] == 4 * P // N
+    assert step["comm"] == 2 * P and "comm" not in backward
+    assert "grad.bucket" not in step
+
+
+def test_partitions_round_up_as_zero_pads_the_last_rank():
+    tiny = estimate(from_numbers(10), FOUR_GPUS, Training(), ZeroSettings(stage=3))
+    assert tiny.by_category("gpu", "init")["param.partition"] == 2 * 3  # ceil(10/4) params of 2 bytes
+
+
+def test_overlap_comm_doubles_the_stage_2_reduce_bucket():
+    assert _gpu(2, "backward", overlap_comm=True)["grad.bucket"] == 2 * 2 * P
+
+
+def test_stage_3_gathers_the_largest_layer_plus_prefetch_held_to_max_live():
+    gathered = _gpu(3, "forward", stage3_prefetch_bucket_size=50_000, stage3_max_live_parameters=120_000)
+    assert gathered["param.gathered"] == 2 * 120_000  # min(live, L + prefetch) = 120k, above L = 100k
+    assert _gpu(3, "forward", stage3_max_live_parameters=0)["param.gathered"] == 2 * 100_000  # never below L
+    assert "param.gathered" not in _gpu(3, "step")
+
+
+def test_frozen_params_carry_no_grads_or_optimizer_state():
+    lora = from_numbers(P, trainable_params=P // 10)
+    backward = estimate(lora, FOUR_GPUS, Training(), ZeroSettings(stage=2)).by_category("gpu", "backward")
+    assert backward["param.partition"] == 2 * P
+    assert backward["grad.partition"] == 2 * (P // 10) // N
+    assert backward["optim.master"] + backward["optim.state"] == 12 * (P // 10) // N
+
+
+def test_cpu_offload_moves_master_state_and_fp32_grads_to_pinned_host_memory_per_node():
+    result = estimate(MODEL, FOUR_GPUS, Training(), ZeroSettings(stage=2, offload_optimizer="cpu"))
+    gpu = result.by_category("gpu", "step")
+    assert not {"optim.master", "optim.state", "grad.partition"} & set(gpu)  # grads go to the host in backward
+    host = result.by_category("cpu", "step")
+    assert host["optim.master"] == N * 4 * P // N and host["optim.state"] == N * 8 * P // N
+    assert host["grad.partition"] == N * 4 * P // N
+    assert result.total("pinned", "step") == 16 * P  # DeepSpeed's 16 bytes per param on the host
+    unpinned = estimate(MODEL, FOUR_GPUS, Training(), ZeroSettings(stage=2, offload_optimizer="cpu", pin_memory=False))
+    assert unpinned.total("pinned", "step") == 0
+
+
+def test_param_offload_and_nvme_put_partitions_on_their_devices():
+    zero = ZeroSettings(stage=3, offload_optimizer="nvme", offload_param="nvme")
+    result = estimate(MODEL, FOUR_GPUS, Training(), zero)
+    nvme = result.by_category("nvme", "init")
+    assert nvme == {"param.partition": N * 2 * P // N, "optim.master": N * 4 * P // N, "optim.state": N * 8 * P // N}
+    swap = result.by_category("cpu", "init")["swap.buffer"]
+    assert swap == N * (5 * 100_000_000 * 2 + 4 * 4 * P // N)  # param buffers + optimizer sub-group buffers
+    assert "param.partition" not in result.by_category("gpu", "init")
+
+
+def test_fp32_training_has_no_master_copy_and_four_byte_params():
+    result = estimate(MODEL, FOUR_GPUS, Training(precision="fp32"), ZeroSettings(stage=1)).by_category("gpu", "step")
+    assert "optim.master" not in result
+    assert result["param.partition"] == 4 * P and result["grad.partition"] == 4 * P
+
+
+@pytest.mark.parametrize(("optimizer", "state_bytes"), [("adam", 8), ("sgd-momentum", 4), ("sgd", 0)])
+def test_optimizer_state_bytes_per_param(optimizer, state_bytes):
+    result = estimate(MODEL, FOUR_GPUS, Training(optimizer=optimizer), ZeroSettings(stage=1))
+    assert result.by_category("gpu", "init").get("optim.state", 0) == state_bytes * P // N
+
+
+def test_adafactor_keeps_rows_plus_columns_and_needs_shapes():
+    spec = from_preset("gpt2-xl")
+    result = estimate(spec, Cluster(), Training(optimizer="adafactor"), ZeroSettings(stage=0))
+    assert result.by_category("gpu", "init")["optim.state"] == 4 * spec.factored_state_elements()
+    assert spec.factored_state_elements() < spec.total_params // 100
+    with pytest.raises(EstimateError, match="optimizer: adafactor's state depends on the parameter shapes"):
+        estimate(MODEL, FOUR_GPUS, Training(optimizer="adafactor"), ZeroSettings(stage=1))
+
+
+SHAPE = TransformerShape(num_layers=2, hidden_size=64, num_heads=4, vocab_size=100)
+S, B = 32, 2
+
+
+def _activations(**training) -> int:
+    result = estimate(from_numbers(P, shape=SHAPE), Cluster(), Training(seq_len=S, micro_batch=B, **training))
+    return result.by_category("gpu", "forward")["activations"]
+
+
+def test_activations_follow_korthikanti_sbh_34_plus_5as_over_h():
+    layer = S * B * 64 * 34 + 5 * 4 * S * S * B  # sbh(34 + 5as/h)
+    logits = S * B * 100 * (2 + 4)
+    assert _activations() == 2 * layer + logits
+    assert _activations(flash_attention=True) == 2 * S * B * 64 * 34 + logits
+    assert _activations(checkpointing="selective") == 2 * S * B * 64 * 34 + logits
+    assert _activations(checkpointing="full") == 2 * (2 * S * B * 64) + layer + logits
+    assert _activations(precision="fp32") == 2 * 2 * layer + S * B * 100 * (4 + 4)
+
+
+def test_activations_live_only_in_forward_and_backward_and_no_stage_shrinks_them():
+    per_stage = set()
+    for stage in range(4):
+        result = estimate(from_numbers(P, shape=SHAPE), FOUR_GPUS, Training(), ZeroSettings(stage=stage))
+        per_stage.add(result.by_category("gpu", "backward")["activations"])
+        assert "activations" not in result.by_category("gpu", "init")
+        assert "activations" not in result.by_category("gpu", "step")
+    assert len(per_stage) == 1
+
+
+def test_every_line_uses_a_ledger_category_and_explains_itself():
+    result = estimate(from_preset("llama-2-7b"), Cluster(8), Training(), ZeroSettings(stage=3, offload_optimizer="cpu"))
+    assert {line.category for line in result.lines} <= set(CATEGORIES)
+    master = next(line for line in result.lines if line.category == "optim.master")
+    assert (master.formula, master.numbers) == ("g * 4 * ceil(T/N)", "8 * 4 * ceil(6,738,415,616/8)")
+    assert master.bytes == 8 * 4 * 842_301_952
+
+
+def test_pythia_lora_stage_3_holds_less_after_init_but_more_in_forward_without_memory_efficient_linear():
+    # The DeepSpeed report (docs/memory-model.md): fp16, LoRA rank 128, 4 GPUs, ~1200 tokens.
+    spec = from_preset("pythia-6.9b", lora=LoraSpec(128))
+    training = Training(precision="fp16", seq_len=1200)
+    zero = {"stage3_param_persistence_threshold": 10_000, "stage3_max_live_parameters": 30_000_000}
+    stage2 = estimate(spec, FOUR_GPUS, training, ZeroSettings(stage=2, **zero))
+    stage3 = estimate(spec, FOUR_GPUS, training, ZeroSettings(stage=3, memory_efficient_linear=False, **zero))
+    fixed = estimate(spec, FOUR_GPUS, training, ZeroSettings(stage=3, **zero))
+    assert stage3.total("gpu", "init") < stage2.total("gpu", "init") / 3
+    assert stage3.total("gpu", "forward") > stage2.total("gpu", "forward")
+    assert fixed.total("gpu", "forward") < stage2.total("gpu", "forward") * 0.7
+    held = stage3.by_category("gpu", "forward")["param.gathered"]
+    assert held == 2 * spec.linear_weight_params(above=10_000)  # every linear weight, frozen bases included
+
+
+def test_learned_positions_bound_the_sequence_length():
+    assert estimate(from_preset("gpt2-xl")).seq_len == 1024
+    with pytest.raises(EstimateError, match="seq_len: 2048 is longer than the 1024 positions gpt2-xl has learned"):
+        estimate(from_preset("gpt2-xl"), training=Training(seq_len=2048))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ZeroSettings(stage=4), "stage: must be 0, 1, 2 or 3 (got 4)"),
+        (lambda: ZeroSettings(stage=0, offload_optimizer="cpu"), "offload_optimizer: offloading the optimizer needs"),
+        (lambda: ZeroSettings(stage=2, offload_optimizer="nvme"), "offload_optimizer: NVMe offload of the optimizer"),
+        (lambda: ZeroSettings(stage=2, offload_param="cpu"), "offload_param: offloading params needs ZeRO stage 3"),
+        (lambda: ZeroSettings(stage=3, offload_param="disk"), "offload_param: unknown value 'disk'"),
+        (lambda: Training(precision="fp8"), "precision: unknown value 'fp8'; choose from: fp32, bf16, fp16"),
+        (lambda: Training(micro_batch=0), "micro_batch: must be at least 1 (got 0)"),
+        (lambda: Cluster(gpus_per_node=0), "gpus_per_node: must be at least 1 (got 0)"),
+        (lambda: from_numbers(-5), "total_params: must be at least 1 (got -5)"),
+        (lambda: from_numbers(10, largest_layer_params=20), "largest_layer_params: 20 is more than the 10 total"),
+    ],
+)
+def test_bad_settings_name_the_setting_and_the_allowed_values(make, message):
+    with pytest.raises(EstimateError) as raised:
+        make()
+    assert message in str(raised.value)

@@ -1,0 +1,46 @@
+"""`zero pin build` and `zero pin check`, run through the `zero` command."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+zero_cli = pytest.importorskip("zero_cli")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = zero_cli.main(["pin", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_build_reports_the_cached_library(capsys, native):
+    code, out, _ = run(capsys, "build", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["state"] == "built" and data["detail"].endswith(".so")
+
+
+def test_check_reports_backends_memlock_limit_and_the_op(capsys, native):
+    code, out, _ = run(capsys, "check")
+    assert code == 0
+    assert "native" in out and "torch *" in out and "zero-pin" in out
+    assert "memlock limit (ulimit -l): soft " in out and "native op: built (" in out
+
+    code, out, _ = run(capsys, "check", "--json")
+    data = json.loads(out)
+    assert data["selected"] == "torch" and data["native_op"]["state"] == "built"
+    assert set(data["memlock_limit"]) == {"soft", "hard"}
+    assert {row["name"] for row in data["backends"]} >= {"torch", "native"}
+
+
+def test_check_rejects_an_unknown_backend_in_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "bogus")
+    code, out, err = run(capsys, "check")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "native (zero-pin), torch (zero-pin)" in err
+
+
+def test_an_unknown_action_is_rejected(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        zero_cli.main(["pin", "clean"])
+    assert exit_.value.code == 2 and "invalid choice: 'clean'" in capsys.readouterr().err
