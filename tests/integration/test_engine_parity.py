@@ -32,6 +32,9 @@ CASES: dict[str, dict[str, Any]] = {
     "stage2-accum2-clip": {"stage": 2, "accum": 2, "clip": CLIP, "overlap": True},
     "stage1-bf16": {"stage": 1, "bf16": True},
     "stage2-bf16": {"stage": 2, "bf16": True, "overlap": True},
+    # HF's usual split: weight decay on matrices, none on biases and LayerNorms
+    "stage2-decay-groups": {"stage": 2, "groups": True, "overlap": True},
+    "stage1-decay-groups": {"stage": 1, "groups": True, "accum": 2, "clip": CLIP},
 }
 
 
@@ -51,9 +54,16 @@ def make_data() -> torch.Tensor:
     return torch.randint(0, VOCAB, (STEPS, GLOBAL_BATCH, SEQ_LEN), generator=generator)
 
 
-def train_reference(clip: float) -> tuple[list[float], dict[str, torch.Tensor]]:
+def param_groups(model: torch.nn.Module, grouped: bool) -> list[dict[str, Any]]:
+    if not grouped:
+        return [{"params": list(model.parameters())}]
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": [p for p in model.parameters() if p.dim() < 2]}]
+
+
+def train_reference(clip: float, grouped: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
     model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(param_groups(model, grouped), lr=LR, weight_decay=0.0)
     losses = []
     for batch in make_data():
         loss = model(input_ids=batch, labels=batch).loss
@@ -80,6 +90,44 @@ def ds_config(case: dict[str, Any], world_size: int) -> dict[str, Any]:
     }
 
 
+def make_odd_model() -> torch.nn.Module:
+    """Sizes 15, 3, 3, 1 in buckets of <= 7 elements: padding everywhere, buckets smaller than 4 ranks."""
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+
+
+def odd_data() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    return torch.randn(STEPS, GLOBAL_BATCH, 5, generator=generator), torch.randn(STEPS, GLOBAL_BATCH, 1,
+                                                                                generator=generator)
+
+
+def train_odd_reference() -> dict[str, torch.Tensor]:
+    model = make_odd_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    for x, y in zip(*odd_data()):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def _train_odd(rank: int, world_size: int, stage: int) -> dict[str, torch.Tensor]:
+    import zero_core
+
+    micro = GLOBAL_BATCH // world_size
+    config = {"train_batch_size": GLOBAL_BATCH, "gradient_clipping": 0.0,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+              "zero_optimization": {"stage": stage, "reduce_bucket_size": 7}}
+    engine, _, _, _ = zero_core.initialize(model=make_odd_model(), config=config)
+    for x, y in zip(*odd_data()):
+        rows = slice(rank * micro, (rank + 1) * micro)
+        engine.backward(torch.nn.functional.mse_loss(engine(x[rows]), y[rows]))
+        engine.step()
+    engine.destroy()
+    return {name: p.detach().clone() for name, p in engine.module.named_parameters()}
+
+
 def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
     import torch.distributed as dist
     import zero_core
@@ -87,7 +135,9 @@ def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
     data = make_data()
     results = {}
     for name, case in CASES.items():
-        engine, _, _, _ = zero_core.initialize(model=make_model(), config=ds_config(case, world_size))
+        model = make_model()
+        engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(case, world_size),
+                                               model_parameters=param_groups(model, case.get("groups", False)))
         accum = engine.gradient_accumulation_steps()
         micro = engine.train_micro_batch_size_per_gpu()
         losses, norms = [], []
@@ -106,12 +156,15 @@ def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
         params = {n: p.detach().float().clone() for n, p in engine.module.named_parameters()}
         results[name] = {"losses": losses, "params": params, "norms": norms}
         engine.destroy()
+    for stage in (0, 1, 2):
+        results[f"odd-stage{stage}"] = _train_odd(rank, world_size, stage)
     return results
 
 
 @pytest.fixture(scope="module")
-def reference() -> dict[float, tuple[list[float], dict[str, torch.Tensor]]]:
-    return {0.0: train_reference(0.0), CLIP: train_reference(CLIP)}
+def reference() -> dict[tuple[float, bool], tuple[list[float], dict[str, torch.Tensor]]]:
+    keys = {(case.get("clip", 0.0), case.get("groups", False)) for case in CASES.values()}
+    return {key: train_reference(*key) for key in keys}
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
@@ -124,7 +177,7 @@ def trained(request) -> dict[str, Any]:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("name", [n for n in CASES if not CASES[n].get("bf16")])
 def test_fp32_matches_plain_torch(trained, reference, name: str) -> None:  # type: ignore[no-untyped-def]
     clip = CASES[name].get("clip", 0.0)
-    ref_losses, ref_params = reference[clip]
+    ref_losses, ref_params = reference[clip, CASES[name].get("groups", False)]
     for rank_result in trained:
         result = rank_result[name]
         torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
@@ -141,7 +194,7 @@ def test_fp32_matches_plain_torch(trained, reference, name: str) -> None:  # typ
 
 @pytest.mark.parametrize("name", [n for n in CASES if CASES[n].get("bf16")])
 def test_bf16_tracks_fp32(trained, reference, name: str) -> None:  # type: ignore[no-untyped-def]
-    ref_losses, ref_params = reference[0.0]
+    ref_losses, ref_params = reference[0.0, False]
     start = dict(make_model().named_parameters())
     for rank_result in trained:
         result = rank_result[name]
@@ -152,3 +205,11 @@ def test_bf16_tracks_fp32(trained, reference, name: str) -> None:  # type: ignor
         error = torch.stack([(result["params"][n] - ref).norm() for n, ref in ref_params.items()]).norm()
         moved = torch.stack([(ref - start[n].detach()).norm() for n, ref in ref_params.items()]).norm()
         assert error / moved < 0.1, f"bf16 drifted {error / moved:.3f} of the update away from fp32"
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_padded_odd_shapes_match_plain_torch(trained, stage: int) -> None:  # type: ignore[no-untyped-def]
+    expected = train_odd_reference()
+    for rank_result in trained:
+        for name, value in rank_result[f"odd-stage{stage}"].items():
+            torch.testing.assert_close(value, expected[name], rtol=1e-5, atol=1e-6, msg=name)

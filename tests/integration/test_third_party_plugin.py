@@ -60,7 +60,7 @@ def test_plugin_accelerator_is_selected_by_ds_accelerator(plugin_site):
 
 def test_disabled_plugin_cannot_be_selected(plugin_site):
     result = zero(plugin_site, "report", DS_ACCELERATOR="example", ZERO_DISABLE_PLUGINS="example")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "zero: error: unknown accelerator 'example' (from DS_ACCELERATOR); available: cpu (zero-core), cuda (zero-core)"
     ]

@@ -70,7 +70,7 @@ def test_plugin_command_prints_text_or_json(plugin_manager, capsys):
 
 def test_user_errors_are_one_line_on_stderr(plugin_manager, capsys):
     plugin_manager.register(Greeter(), name="greeter")
-    assert main(["greet", "nobody", "--json"]) == 1
+    assert main(["greet", "nobody", "--json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == "zero: error: greet: 'nobody' is not a name; pass a name\n"
@@ -79,7 +79,7 @@ def test_user_errors_are_one_line_on_stderr(plugin_manager, capsys):
 def test_two_plugins_claiming_one_command_fail(plugin_manager, capsys):
     plugin_manager.register(Greeter(), name="greeter")
     plugin_manager.register(Greeter(), name="greeter-again")
-    assert main(["plugins"]) == 1
+    assert main(["plugins"]) == 2
     assert "command 'greet' is registered twice" in capsys.readouterr().err
 
 
@@ -93,3 +93,12 @@ def test_cli_never_imports_torch(args):
     imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
     assert "zero_cli" in imported
     assert not [name for name in imported if name.split(".")[0] in {"torch", "numpy"}]
+
+
+def test_closed_pipe_ends_quietly():
+    """`zero plugins | head -1` must not print a BrokenPipeError traceback."""
+    result = subprocess.run(
+        f"{sys.executable} -m zero_cli plugins | head -1", shell=True, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.startswith("plugin")
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr

@@ -36,7 +36,7 @@ def test_check_reports_backends_memlock_limit_and_the_op(capsys, native):
 def test_check_rejects_an_unknown_backend_in_one_line(capsys, monkeypatch):
     monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "bogus")
     code, out, err = run(capsys, "check")
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert err.count("\n") == 1 and "native (zero-pin), torch (zero-pin)" in err
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -54,17 +55,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         result = args._command.run(args)
     except ZeroError as error:
+        # Exit 2 like argparse's own usage errors: the input was wrong, not the program.
         print(f"zero: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     except KeyboardInterrupt:
         return 130
-    if isinstance(result, CommandResult):
+    if not isinstance(result, CommandResult):
+        return int(result or 0)
+    try:
         if getattr(args, "json", False):
             print(json.dumps(result.data, indent=2, default=str))
         elif result.text:
             print(result.text)
-        return result.exit_code
-    return int(result or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `zero report | head` closed the pipe: stop quietly, as other CLI tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -117,10 +117,6 @@ class ModelSpec:
             lora=lora,
         )
 
-    @property
-    def frozen_params(self) -> int:
-        return self.total_params - self.trainable_params
-
     def persistent_params(self, threshold: int) -> int:
         """Params ZeRO-3 keeps whole on every rank: each parameter with at most `threshold` elements.
 

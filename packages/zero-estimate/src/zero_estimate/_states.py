@@ -111,11 +111,10 @@ def _gradients(c: _Context, lines: Lines) -> None:
 def _optimizer(c: _Context, lines: Lines) -> None:
     device = {"none": "gpu", "cpu": "cpu", "nvme": "nvme"}[c.zero.offload_optimizer]
     on_host = device != "gpu"
-    per_node = c.g if on_host else Q.const(1)
     pinned = c.pinned and device == "cpu"
 
     def add(category: str, what: str, q: Q) -> None:
-        lines.add(category, device, what, per_node * q if on_host else q, ALWAYS, pinned=pinned)
+        lines.add(category, device, what, c.g * q if on_host else q, ALWAYS, pinned=pinned)  # host: per node
 
     if c.training.mixed or on_host:
         add("optim.master", "fp32 master params", 4 * c.T_part)

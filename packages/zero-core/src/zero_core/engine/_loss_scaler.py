@@ -8,6 +8,10 @@ and `loss_scale_window` clean steps in a row double it again.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import ZeroConfig
 
 log = logging.getLogger("zero_core.engine")
 
@@ -98,7 +102,7 @@ class DynamicLossScaler(LossScaler):
         self.last_overflow_iter = state["last_overflow_iter"]
 
 
-def build_loss_scaler(config) -> LossScaler:  # type: ignore[no-untyped-def]
+def build_loss_scaler(config: ZeroConfig) -> LossScaler:
     """From a ZeroConfig: dynamic or static for fp16, a no-op scale of 1 otherwise."""
     fp16 = config.fp16
     if not fp16.enabled:

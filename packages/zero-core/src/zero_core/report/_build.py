@@ -39,6 +39,7 @@ def render(data: dict) -> str:
         ("native pin op", f"{pin['native_op']['state']} ({pin['native_op']['detail']})"),
         ("ninja", tools["ninja"] or "not found"),
         ("C++ compiler", tools["cxx_compiler"] or "not found"),
+        ("Python headers", tools["python_headers"] or "not found (install python3-dev)"),
     ]
     sections = [
         "zero report",

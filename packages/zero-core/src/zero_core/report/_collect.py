@@ -5,6 +5,8 @@ import os
 import platform
 import shutil
 import sys
+import sysconfig
+from pathlib import Path
 
 import torch
 import zero_pin
@@ -48,9 +50,25 @@ def accelerator_facts() -> dict:
 
 
 def build_tool_facts() -> dict:
+    """What the native pin op needs to build: ninja, a C++ compiler and the Python headers."""
     compiler_names = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
     compiler = next((path for path in map(shutil.which, compiler_names) if path), None)
-    return {"ninja": shutil.which("ninja"), "cxx_compiler": compiler}
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return {
+        "ninja": shutil.which("ninja") or _pip_ninja(),
+        "cxx_compiler": compiler,
+        "python_headers": str(headers) if headers.exists() else None,
+    }
+
+
+def _pip_ninja() -> str | None:
+    """The ninja binary of the pip package, which zero-pin uses when none is on PATH."""
+    try:
+        import ninja
+    except ImportError:
+        return None
+    binary = Path(ninja.BIN_DIR) / "ninja"
+    return str(binary) if binary.exists() else None
 
 
 def pin_facts() -> dict:
