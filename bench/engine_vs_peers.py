@@ -1,9 +1,11 @@
 """zero against DeepSpeed and torch (DDP, ZeroRedundancyOptimizer): same model, data and config, one run.
 
-    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 2 bench/engine_vs_peers.py
+    .venv/bin/python bench/engine_vs_peers.py
 
-Every rank trains a scaled-down GPT-NeoX (transformers, random init) with each framework in
-turn, on the same tokens, in one process group (gloo on CPU):
+For each framework in turn it launches `torchrun --standalone --nproc_per_node 2` on this
+file (DS_ACCELERATOR=cpu, OMP_NUM_THREADS=1, gloo), so every framework starts in fresh
+processes and its RSS is its own; then it prints the comparison. Each rank trains a
+scaled-down GPT-NeoX (transformers, random init) on the same tokens:
 - zero: `zero_core.initialize` with the ds_config below;
 - deepspeed: `deepspeed.initialize` with the same ds_config (0.19.8, torch's AdamW via
   `torch_adam`, so both step with the same kernel);
@@ -14,8 +16,7 @@ Reported per rank:
 - peak tensor bytes, counted exactly by a StorageTracker (every tensor storage made while
   building and during the first two steps, which include the optimizer-state allocation);
   for zero also its ledger's peak (engine buffers + activations), which must equal it;
-- peak RSS (VmHWM, reset before each framework) and its rise over the RSS at the start of that
-  framework's run;
+- peak RSS (VmHWM) and its rise over the RSS after imports, before the model is built;
 - mean step time over the timed steps, and its ratio to zero's.
 zero's and DeepSpeed's losses (averaged over ranks) must agree step by step; the script exits
 1 if they do not. Both start from the same 16-bit weights, because DeepSpeed casts the model
@@ -27,9 +28,12 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,7 +57,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--bucket", type=int, default=2_000_000, help="reduce/allgather bucket size (elements)")
     parser.add_argument("--loss-rtol", type=float, default=None, help="default: 1e-5 for fp32, 1e-2 for bf16")
-    parser.add_argument("--json", help="also write the results to this file (rank 0)")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--worker", choices=list(FRAMEWORKS), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -189,6 +196,22 @@ def run_torch(args: argparse.Namespace, data: list[torch.Tensor], zero_redundanc
     return measure(build, data)
 
 
+def run_ddp(args: argparse.Namespace, data: list[torch.Tensor]) -> dict[str, Any]:
+    return run_torch(args, data, zero_redundancy=False)
+
+
+def run_zero_redundancy(args: argparse.Namespace, data: list[torch.Tensor]) -> dict[str, Any]:
+    return run_torch(args, data, zero_redundancy=True)
+
+
+FRAMEWORKS: dict[str, Callable[[argparse.Namespace, list[torch.Tensor]], dict[str, Any]]] = {
+    "zero": run_zero,
+    "deepspeed": run_deepspeed,
+    "ddp": run_ddp,
+    "zero_redundancy": run_zero_redundancy,
+}
+
+
 def report(args: argparse.Namespace, per_rank: list[dict[str, dict[str, Any]]]) -> int:
     names = list(per_rank[0])
     params = sum(p.numel() for p in make_model(args).parameters())
@@ -206,6 +229,8 @@ def report(args: argparse.Namespace, per_rank: list[dict[str, dict[str, Any]]]) 
             print(f"{rank:>4}  {name:<16}{r['peak_tensor_bytes'] / MiB:>10.1f} MiB{ledger:>13}"
                   f"{r['peak_rss_bytes'] / MiB:>7.0f} MiB{r['rss_rise_bytes'] / MiB:>7.0f} MiB"
                   f"{r['step_seconds']:>9.3f}{r['step_seconds'] / zero_time:>13.2f}")
+    exact = all(r["zero"]["ledger_peak_bytes"] == r["zero"]["peak_tensor_bytes"] for r in per_rank)
+    print(f"zero's ledger peak {'equals' if exact else 'DIFFERS FROM'} the storage tracker's on every rank")
     print("\nzero ledger peaks by category (rank 0):")
     for category, peak in per_rank[0]["zero"]["ledger"].items():
         print(f"  {category:<18}{peak / MiB:>10.2f} MiB")
@@ -215,34 +240,52 @@ def report(args: argparse.Namespace, per_rank: list[dict[str, dict[str, Any]]]) 
     print("\nstep  zero loss     deepspeed loss")
     for step, (a, b) in enumerate(zip(ours, theirs)):
         print(f"{step:>4}  {a:<12.6f}  {b:.6f}")
-    agree = worst <= rtol
+    agree = worst <= rtol and exact
     print(f"zero vs DeepSpeed losses: worst relative difference {worst:.2e} "
           f"({'agree' if agree else 'DISAGREE'} within rtol {rtol:g})")
     return 0 if agree else 1
 
 
-def main() -> int:
-    args = parse_args()
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+def worker(args: argparse.Namespace) -> None:
+    """One framework on this rank (under torchrun); rank 0 writes every rank's results to --out."""
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    data = batches(args, rank)
-    results = {
-        "zero": run_zero(args, data),
-        "deepspeed": run_deepspeed(args, data),
-        "ddp": run_torch(args, data, zero_redundancy=False),
-        "zero_redundancy": run_torch(args, data, zero_redundancy=True),
-    }
+    if args.worker == "deepspeed":
+        import deepspeed  # noqa: F401  (imported before the RSS baseline, like everything else)
+    import transformers  # noqa: F401
+    import torch.distributed.optim  # noqa: F401
+
+    results = FRAMEWORKS[args.worker](args, batches(args, dist.get_rank()))
     per_rank: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, results)
-    status = 0
-    if rank == 0:
-        status = report(args, per_rank)
-        if args.json:
-            with open(args.json, "w") as handle:
-                json.dump({"args": vars(args), "per_rank": per_rank}, handle, indent=1)
+    if dist.get_rank() == 0:
+        Path(args.out).write_text(json.dumps(per_rank))
     dist.destroy_process_group()
+
+
+def launch(args: argparse.Namespace, framework: str, out: Path) -> list[dict[str, Any]]:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+               if v is not None and k not in ("worker", "out", "json", "ranks", "loss_rtol")]
+    command = [str(torchrun), "--standalone", f"--nproc_per_node={args.ranks}", __file__, f"--worker={framework}",
+               f"--out={out}", *options]
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    print(f"running {framework}: {' '.join(command)}", flush=True)
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def main() -> int:
+    args = parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        by_framework = {name: launch(args, name, Path(tmp) / f"{name}.json") for name in FRAMEWORKS}
+    per_rank = [{name: by_framework[name][rank] for name in FRAMEWORKS} for rank in range(args.ranks)]
+    status = report(args, per_rank)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "per_rank": per_rank}, indent=1))
     return status
 
 
