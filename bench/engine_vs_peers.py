@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.optim  # noqa: F401  (ZeroRedundancyOptimizer)
 
 import zero_core
 from zero_core import StorageTracker, get_accelerator
@@ -54,7 +55,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--bucket", type=int, default=2_000_000, help="reduce/allgather bucket size (elements)")
     parser.add_argument("--loss-rtol", type=float, default=None, help="default: 1e-5 for fp32, 1e-2 for bf16")
     parser.add_argument("--json", help="also write the results to this file")
@@ -253,7 +254,6 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == "deepspeed":
         import deepspeed  # noqa: F401  (imported before the RSS baseline, like everything else)
     import transformers  # noqa: F401
-    import torch.distributed.optim  # noqa: F401
 
     results = FRAMEWORKS[args.worker](args, batches(args, dist.get_rank()))
     per_rank: list[Any] = [None] * dist.get_world_size()

@@ -179,9 +179,13 @@ def test_accumulation_and_zero_grad() -> None:
     assert grad.abs().sum() > 0
     engine.step()
     assert engine.global_steps == 0 and engine.is_gradient_accumulation_boundary()
-    engine.zero_grad()
+    engine.zero_grad(set_to_none=False)
     assert engine.module[0].weight.grad.abs().sum() == 0
-    engine.module.zero_grad()  # set_to_none, as plain torch code does: the engine re-attaches its buffer
+    engine.module.zero_grad()  # set_to_none, as plain torch code does: the engine re-attaches its bucket
+    engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+    torch.testing.assert_close(engine.module[0].weight.grad, grad)
+    engine.zero_grad()  # DeepSpeed's default, set_to_none: the gradient memory is freed
+    assert engine.module[0].weight.grad is None and engine.memory_report()["cpu"]["grad.full"]["current"] == 0
     engine.backward(torch.nn.functional.mse_loss(engine(x), y))
     torch.testing.assert_close(engine.module[0].weight.grad, grad)
     engine.step()

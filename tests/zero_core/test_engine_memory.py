@@ -5,6 +5,8 @@ For P trainable parameters on N ranks (Ppad: P padded per bucket to a multiple o
 - stage 1: 2Ppad params + 2Ppad grads + (4 + 8) Ppad / N;
 - stage 2: 2Ppad params + 2Ppad / N grad partition + (4 + 8) Ppad / N, plus reduce buckets
   that exist only during backward, bounded by reduce_bucket_size;
+gradients exist from the backward that makes them until the step frees them, so they are
+checked as peaks, the rest as what a rank holds between steps;
 - frozen parameters (the LoRA base) hold their 16-bit weights and nothing else.
 Adam also keeps a 4-byte step counter per master tensor (one per bucket): counted exactly.
 
@@ -18,6 +20,7 @@ all-reduce of the gradient norm from stage 1 on (docs/engine.md, "Communication"
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any
 
 import pytest
@@ -71,6 +74,20 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {op: after[op] - before.get(op, 0) for op in after if after[op] != before.get(op, 0)}
 
 
+def _settle(engine, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the gradients the step freed are really gone.
+
+    gloo's worker thread drops its reference to a communicated tensor a moment after the
+    collective has completed, so its storage dies shortly after the engine lets go of it. With
+    a model this small the next backward could allocate before that and the peaks would
+    count both; real models spend far longer in forward.
+    """
+    deadline = time.monotonic() + timeout
+    while any(engine.ledger.current(c) for c in ("grad.full", "grad.partition", "grad.bucket")):
+        assert time.monotonic() < deadline, "gradient buffers still alive long after the step freed them"
+        time.sleep(0.001)
+
+
 def _measure(rank: int, world_size: int) -> dict[Any, Any]:
     import zero_core
     from zero_core import StorageTracker
@@ -89,6 +106,7 @@ def _measure(rank: int, world_size: int) -> dict[Any, Any]:
                 engine.backward(loss)
                 engine.step()
                 sent.append(_delta(_sent(engine), before))
+                _settle(engine)
             del loss
             gc.collect()
             report = engine.memory_report()
@@ -144,22 +162,25 @@ def test_ledger_matches_the_contract(measured, kind: str, stage: int, overlap: b
         memory = result["memory"]
         current = {category: figures["current"] for category, figures in memory.items()}
         buckets = sum(result["buckets"])
+        # between steps a rank holds its weights, master and optimizer state; gradients exist from
+        # the backward that makes them until the step frees them, so they show as peaks
         expected = {
             "param.persistent": 2 * p + 2 * f,
             "optim.master": 4 * owned,
             "optim.state": 8 * owned + STEP_COUNTER * buckets,
-            "optim.grad": 0,
         }
-        if stage == 2:
-            expected |= {"grad.partition": 2 * owned, "grad.bucket": 0}
-        else:
-            expected["grad.full"] = 2 * p
         expected["total"] = sum(expected.values())
-        assert current == expected
-        assert memory["optim.grad"]["peak"] == 4 * owned  # the fp32 gradients exist only inside the step
+        assert {c: v for c, v in current.items() if v} == expected
+        peak = {category: figures["peak"] for category, figures in memory.items()}
+        assert peak["optim.grad"] == 4 * owned  # the fp32 gradients exist only inside the step
         if stage == 2:
-            bound = (2 if overlap else 1) * 2 * BUCKET
-            assert 0 < memory["grad.bucket"]["peak"] <= bound
+            assert peak["grad.partition"] == 2 * owned and "grad.full" not in peak
+            # one bucket filling, one in flight with overlap_comm, and one whose collective gloo has
+            # completed but not yet let go of (see _settle)
+            bound = (3 if overlap else 2) * 2 * BUCKET
+            assert 0 < peak["grad.bucket"] <= bound
+        else:
+            assert peak["grad.full"] == 2 * p and "grad.partition" not in peak and "grad.bucket" not in peak
         assert result["alive"] == expected["total"], "every byte alive after a step is in the ledger"
         assert not any(result["frozen_grads"]), "frozen parameters get no gradient"
 

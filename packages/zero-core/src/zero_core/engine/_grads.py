@@ -1,57 +1,95 @@
-"""Where gradients live between backward and step.
+"""Where gradients live between backward and step: one tensor per bucket, alive only while needed.
 
-- FullGrads (stages 0-1): one flat buffer laid out like the parameters; each `param.grad`
-  is a view into it, so autograd accumulates micro-batches in place and a bucket is a
-  plain slice, with no copy.
-- PartitionedGrads (stage 2): only this rank's shard of each bucket; full gradients exist
-  only in the transient reduce buckets (see _reducer.py).
+- stages 0-1: the bucket's whole gradient, laid out like its parameters; each `param.grad`
+  becomes a view into it, so later micro-batches accumulate in place and the bucket is
+  reduced with no copy;
+- stage 2: only this rank's shard of the bucket; whole gradients exist only in the
+  transient reduce buffers (see _reducer.py).
 
-`owned[i]` is the part of bucket i that this rank's optimizer step reads.
+A bucket's tensor is allocated when backward first produces a gradient for it and freed
+after the step (`release`, DeepSpeed's and torch's `zero_grad(set_to_none=True)`), so no
+gradient memory is held during forward, when activations peak. `owned(i)` is the part of
+bucket i that this rank's optimizer step reads.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from ..memory.ledger import MemoryLedger
-from ._flat_params import FlatParams
+from ._layout import FlatLayout
 from ._master import owned_range
 
 
-class FullGrads:
-    def __init__(self, flat: FlatParams, rank: int, sharded: bool, ledger: MemoryLedger) -> None:
-        self.buffer = ledger.new("grad.full", lambda: torch.zeros_like(flat.buffer))
-        self._views: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
-        self.buckets: list[torch.Tensor] = []
-        self.owned: list[torch.Tensor] = []
-        for index, (layout, start) in enumerate(zip(flat.layouts, flat.starts)):
-            bucket = self.buffer[start : start + layout.padded_numel]
-            self.buckets.append(bucket)
-            lo, hi = owned_range(layout, rank, sharded)
-            self.owned.append(bucket[lo:hi])
-            for slot in layout.slots:
-                self._views.append((slot.param, bucket[slot.offset : slot.offset + slot.numel].view(slot.shape)))
-        self.attach()
+class GradBuckets:
+    def __init__(
+        self,
+        layouts: Sequence[FlatLayout],
+        rank: int,
+        stage: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        ledger: MemoryLedger,
+    ) -> None:
+        self.partitioned = stage == 2
+        self._layouts = list(layouts)
+        self._rank = rank
+        self._stage = stage
+        self.dtype = dtype
+        self.device = device
+        self._ledger = ledger
+        self._tensors: list[torch.Tensor | None] = [None] * len(self._layouts)
+        self._views: list[list[torch.Tensor]] = [[] for _ in self._layouts]
+
+    def get(self, index: int) -> torch.Tensor:
+        """Bucket `index`'s gradient tensor, allocated (zeroed) on first use."""
+        tensor = self._tensors[index]
+        if tensor is None:
+            layout = self._layouts[index]
+            numel = layout.shard_numel if self.partitioned else layout.padded_numel
+            category = "grad.partition" if self.partitioned else "grad.full"
+            tensor = self._ledger.new(category, lambda: torch.zeros(numel, dtype=self.dtype, device=self.device))
+            self._tensors[index] = tensor
+            if not self.partitioned:
+                self._views[index] = [tensor[s.offset : s.offset + s.numel].view(s.shape) for s in layout.slots]
+        return tensor
+
+    def owned(self, index: int) -> torch.Tensor:
+        if self.partitioned:
+            return self.get(index)
+        lo, hi = owned_range(self._layouts[index], self._rank, self._stage >= 1)
+        return self.get(index)[lo:hi]
+
+    def take(self, index: int, slot_index: int, param: torch.nn.Parameter) -> None:
+        """Stages 0-1: make `param.grad` its view into the bucket, copying in a gradient autograd made afresh."""
+        self.get(index)
+        view = self._views[index][slot_index]
+        if param.grad is not view:
+            view.copy_(param.grad)
+            param.grad = view
 
     def attach(self) -> None:
-        """Point every `param.grad` at its view again (after a `model.zero_grad()` set them to None)."""
-        for param, view in self._views:
-            if param.grad is not view:
-                param.grad = view
+        """Point `param.grad` at the allocated buckets' views again (after a `model.zero_grad()`)."""
+        for index, views in enumerate(self._views):
+            if self._tensors[index] is not None:
+                for slot, view in zip(self._layouts[index].slots, views):
+                    if slot.param.grad is not view:
+                        slot.param.grad = view
+
+    def release(self) -> None:
+        """Free every bucket (and drop `param.grad`), as `zero_grad(set_to_none=True)` does."""
+        for index, layout in enumerate(self._layouts):
+            if self._tensors[index] is not None and not self.partitioned:
+                for slot in layout.slots:
+                    slot.param.grad = None
+            self._tensors[index] = None
+            self._views[index] = []
 
     def zero(self) -> None:
-        self.buffer.zero_()
+        for tensor in self._tensors:
+            if tensor is not None:
+                tensor.zero_()
 
-
-class PartitionedGrads:
-    def __init__(self, flat: FlatParams, rank: int, ledger: MemoryLedger) -> None:
-        sizes = [layout.shard_numel for layout in flat.layouts]
-        self.buffer = ledger.new(
-            "grad.partition", lambda: torch.zeros(sum(sizes), dtype=flat.buffer.dtype, device=flat.buffer.device)
-        )
-        self.owned: list[torch.Tensor] = list(torch.split(self.buffer, sizes))
-
-    def attach(self) -> None:
-        """Stage 2 keeps no `param.grad`: the reducer takes each gradient as soon as autograd makes it."""
-
-    def zero(self) -> None:
-        self.buffer.zero_()
+    def __len__(self) -> int:
+        return len(self._layouts)

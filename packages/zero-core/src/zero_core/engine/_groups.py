@@ -8,7 +8,7 @@ import torch
 
 from ..memory.ledger import MemoryLedger
 from ._flat_params import FlatParams
-from ._grads import FullGrads, PartitionedGrads
+from ._grads import GradBuckets
 from ._layout import FlatLayout, split_into_buckets
 from ._master import MasterParams
 from ._param_groups import ParamGroup
@@ -20,7 +20,7 @@ class ShardedGroup:
     layouts: list[FlatLayout]
     flat: FlatParams
     master: MasterParams
-    grads: FullGrads | PartitionedGrads
+    grads: GradBuckets
     options: dict[str, Any]
 
 
@@ -50,19 +50,12 @@ def build_group(group: ParamGroup, order: dict[int, int], where: Placement, ledg
     flat = FlatParams(layouts, where.dtype, where.device, ledger)
     if master is None:
         master = MasterParams.view_of(flat, where.rank, sharded)
-    if where.stage == 2:
-        grads: FullGrads | PartitionedGrads = PartitionedGrads(flat, where.rank, ledger)
-    else:
-        grads = FullGrads(flat, where.rank, sharded, ledger)
+    grads = GradBuckets(layouts, where.rank, where.stage, where.dtype, where.device, ledger)
     return ShardedGroup(layouts, flat, master, grads, dict(group.options))
 
 
 def reduce_buckets(groups: list[ShardedGroup], order: dict[int, int]) -> list[ReduceBucket]:
     """Every bucket of every group, in the order their gradients are expected to complete."""
-    buckets = []
-    for group in groups:
-        for index, layout in enumerate(group.layouts):
-            full = group.grads.buckets[index] if isinstance(group.grads, FullGrads) else None
-            buckets.append(ReduceBucket(layout, group.grads.owned[index], full))
+    buckets = [ReduceBucket(layout, group.grads, index) for group in groups for index, layout in enumerate(group.layouts)]
     # A bucket completes when its earliest-registered parameter gets its gradient.
     return sorted(buckets, key=lambda b: -min(order[id(slot.param)] for slot in b.layout.slots))

@@ -63,9 +63,12 @@ class ZeroOptimizer:
         return self.loss_scaler.scale
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Zero the engine's gradient buffers (they are persistent, so `set_to_none` cannot free them)."""
+        """Free the gradient buckets (or zero them in place with `set_to_none=False`)."""
         for group in self.groups:
-            group.grads.zero()
+            if set_to_none:
+                group.grads.release()
+            else:
+                group.grads.zero()
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "loss_scaler": self.loss_scaler.state_dict()}
@@ -92,14 +95,15 @@ class ZeroOptimizer:
             if clip > 1:
                 combined *= clip
         for group in self.groups:
-            group.master.load_grads(group.grads.owned, 1.0 / combined, self._ledger)
+            owned = [group.grads.owned(index) for index in range(len(group.grads))]
+            group.master.load_grads(owned, 1.0 / combined, self._ledger)
+            group.grads.release()  # the master holds its own fp32 copy now: free the 16-bit one before the step
         self.optimizer.step()
         for group in self.groups:
             group.master.clear_grads()
             group.master.write_back(group.flat)
         if self._sharded:
             self._all_gather_params()
-        self.zero_grad()
         self.loss_scaler.update(False)
         for state in self.optimizer.state.values():
             for value in state.values():
@@ -112,7 +116,7 @@ class ZeroOptimizer:
         return self._global_grad_norm
 
     def _scaled_grad_norm(self) -> float:
-        owned = [grad for group in self.groups for grad in group.grads.owned]
+        owned = [group.grads.owned(index) for group in self.groups for index in range(len(group.grads))]
         if not owned:
             return 0.0
         squares = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in owned]).square().sum()

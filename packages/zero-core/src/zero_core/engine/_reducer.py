@@ -1,8 +1,8 @@
 """Gradient reduction in buckets, driven by post-accumulate-grad hooks during backward.
 
 - stage 0: all-reduce each bucket of the full gradients, at the accumulation boundary only;
-- stage 1: reduce-scatter each bucket in place, at the boundary only; a rank's shard of the
-  full gradient buffer then holds the averaged gradient it steps with;
+- stage 1: reduce-scatter each bucket in place, at the boundary only; this rank's shard of the
+  bucket's gradient then holds the averaged gradient it steps with;
 - stage 2: on every backward, copy each gradient into its bucket's transient buffer as soon
   as autograd makes it and drop `param.grad`; a full bucket is reduce-scattered and this
   rank's slice added to its gradient partition, then the buffer is freed. Holding full
@@ -25,14 +25,15 @@ from zero_plugins import ZeroError
 
 from ..memory.ledger import MemoryLedger
 from ._collectives import Collectives, Work
+from ._grads import GradBuckets
 from ._layout import FlatLayout
 
 
 @dataclass(eq=False)
 class ReduceBucket:
     layout: FlatLayout
-    owned: torch.Tensor  # where this rank's reduced slice ends up
-    full: torch.Tensor | None = None  # stages 0-1: the bucket's slice of the full gradient buffer
+    grads: GradBuckets  # the group's gradients; this bucket is number `index` there
+    index: int
     buffer: torch.Tensor | None = None  # stage 2: the full-size gradient, while filling and reducing
     arrived: set[int] = field(default_factory=set)
     launched: bool = False
@@ -93,8 +94,10 @@ class GradReducer:
         if not self._active:
             raise ZeroError("a gradient was computed outside engine.backward(); call engine.backward(loss), "
                             "not loss.backward(), so the engine can reduce gradients")
-        if not self._reducing:
-            return  # stages 0-1 before the boundary: autograd accumulated into the flat buffer already
+        if self._stage != 2:
+            bucket.grads.take(bucket.index, index, param)
+            if not self._reducing:
+                return  # stages 0-1 before the boundary: the gradient just stays in its bucket
         if bucket.launched:
             raise ZeroError(
                 f"a parameter of shape {tuple(param.shape)} received a second gradient after its bucket was "
@@ -132,12 +135,12 @@ class GradReducer:
             lo, hi = bucket.layout.shard_range(comm.rank)
             work = comm.reduce_scatter(buffer[lo:hi], buffer, async_op=self._overlap)
         else:
-            assert bucket.full is not None
-            bucket.full.div_(world)
+            full = bucket.grads.get(bucket.index)
+            full.div_(world)
             if self._stage == 0:
-                work = comm.all_reduce(bucket.full, async_op=self._overlap)
+                work = comm.all_reduce(full, async_op=self._overlap)
             else:
-                work = comm.reduce_scatter(bucket.owned, bucket.full, async_op=self._overlap)
+                work = comm.reduce_scatter(bucket.grads.owned(bucket.index), full, async_op=self._overlap)
         if work is None:
             self._complete(bucket)
         else:
@@ -154,11 +157,12 @@ class GradReducer:
             return
         assert bucket.buffer is not None
         lo, hi = bucket.layout.shard_range(self._comm.rank)
-        bucket.owned.add_(bucket.buffer[lo:hi])
+        bucket.grads.get(bucket.index).add_(bucket.buffer[lo:hi])
         bucket.buffer = None  # frees it: nothing else refers to the buffer
 
     def _buffer(self, bucket: ReduceBucket) -> torch.Tensor:
         if bucket.buffer is None:
-            numel, dtype, device = bucket.layout.padded_numel, bucket.owned.dtype, bucket.owned.device
-            bucket.buffer = self._ledger.new("grad.bucket", lambda: torch.zeros(numel, dtype=dtype, device=device))
+            numel, like = bucket.layout.padded_numel, bucket.grads
+            bucket.buffer = self._ledger.new("grad.bucket", lambda: torch.zeros(numel, dtype=like.dtype,
+                                                                               device=like.device))
         return bucket.buffer
