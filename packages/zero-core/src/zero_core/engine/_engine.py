@@ -54,17 +54,18 @@ class ZeroEngine(torch.nn.Module):
         with self.ledger.phase("forward"):
             return self.module(*args, **kwargs)
 
-    def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> torch.Tensor:
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
         """Backward of `loss / gradient_accumulation_steps` (times the fp16 loss scale); returns `loss`.
 
         At the accumulation boundary the gradients are averaged across ranks when this returns.
+        `scale_wrt_gas=False` skips the division, for a loss the caller has already divided (DeepSpeed's flag).
         """
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ZeroError("engine.backward needs the loss as a tensor with one element (reduce it with .mean() "
                             "or .sum() first)")
         scaled = loss.float()
         accumulation = self.gradient_accumulation_steps()
-        if accumulation > 1:
+        if accumulation > 1 and scale_wrt_gas:
             scaled = scaled / accumulation
         scale = self.optimizer.loss_scaler.scale
         if scale != 1.0:
