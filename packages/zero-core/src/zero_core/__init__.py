@@ -24,6 +24,9 @@ _EXPORTS = {
     "ConfigError": ".config",
     "ZeroConfig": ".config",
     "IgnoredConfigKeysWarning": ".config",
+    "Init": ".stage3",
+    "GatheredParameters": ".stage3",
+    "HeldParametersWarning": ".stage3",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -33,5 +36,6 @@ if TYPE_CHECKING:
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
     from .engine import ZeroEngine, ZeroOptimizer, initialize
     from .memory import MemoryLedger, MemoryReport, StorageTracker, see_memory_usage
+    from .stage3 import GatheredParameters, HeldParametersWarning, Init
 
 __all__ = ["__version__", *_EXPORTS]

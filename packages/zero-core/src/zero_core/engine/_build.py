@@ -1,4 +1,4 @@
-"""Assemble an engine for stages 0-2 from a model, a loaded config and the client's objects."""
+"""Assemble an engine (stages 0-2 here, stage 3 in zero_core.stage3) from a model, a loaded config and the client's objects."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -49,6 +49,11 @@ def build_engine(
     comm = Collectives(ledger, group)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
+    if stage == 3:
+        from ..stage3._build import build_stage3_engine  # stage 3 builds on this package: imported late
+
+        return build_stage3_engine(model, config, param_groups, optimizer, lr_scheduler, training_data, collate_fn,
+                                   ledger, comm, device, dtype)
     _broadcast_module(model, comm)
     _place_frozen_and_buffers(model, dtype, device, ledger)
     order = {id(p): index for index, p in enumerate(model.parameters())}
@@ -71,8 +76,6 @@ def build_engine(
 
 def _check_supported(config: ZeroConfig) -> None:
     zero = config.zero_optimization
-    if zero.stage == 3:
-        raise ConfigError("zero_optimization.stage", "stage 3 is not available in this version of zero-core; use 0, 1 or 2")
     offload = zero.offload_optimizer
     if offload is not None and offload.device != "none":
         raise ConfigError("zero_optimization.offload_optimizer.device",

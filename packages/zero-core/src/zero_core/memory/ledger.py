@@ -24,6 +24,7 @@ from .tracker import StorageTracker
 CATEGORIES: tuple[str, ...] = (
     "param.partition",
     "param.gathered",
+    "param.gathered.held",
     "param.persistent",
     "module.buffers",
     "grad.full",
@@ -91,6 +92,13 @@ class MemoryLedger:
         finally:
             self._label = previous
         return self.register(tensor, category)
+
+    def relabel(self, storage: torch.UntypedStorage, category: str) -> None:
+        """Move a counted storage to another category (stage 3 files gathered weights found still alive as held)."""
+        _check_category(category)
+        entry = self._entries.get(storage._cdata)
+        if entry is not None and entry.ref() is storage:
+            self._move(entry, category)
 
     def category_of(self, tensor: torch.Tensor) -> str | None:
         storage = tensor.untyped_storage()

@@ -1,0 +1,163 @@
+"""When units are gathered and freed: reference counts, the traced order, prefetch and the live cap.
+
+- `acquire(unit)` makes a unit's parameters available (gathering it, or waiting for its
+  prefetch) for one user; `release(unit)` ends that use, and the last release frees it unless
+  the trace says it is reused within `stage3_max_reuse_distance` elements.
+- Within a pass (forward or backward) every acquisition is recorded. The next pass of the
+  same kind follows that record: on each acquisition, the units that come next are gathered
+  ahead, asynchronously, while the elements gathered ahead and not yet used stay within
+  `stage3_prefetch_bucket_size`. A pass that departs from the record stops prefetching and
+  becomes the new record (the model's control flow changed).
+- Every gathered element counts against `stage3_max_live_parameters`: prefetching never
+  exceeds it, kept units are freed to make room, and an acquisition that cannot fit even
+  then is an error naming the setting (DeepSpeed only limits prefetch with it).
+- The end of a pass frees every unit, so nothing gathered outlives forward or backward.
+
+All decisions depend only on the order of acquisitions, never on timing, so every rank
+issues the same collectives in the same order.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from zero_plugins import ZeroError
+
+from ._held import HeldMemoryDetector
+from ._unit import ParamUnit
+
+
+class GatherCoordinator:
+    def __init__(
+        self, held: HeldMemoryDetector, prefetch_numel: int, max_live_numel: int, max_reuse_numel: int
+    ) -> None:
+        self.held = held
+        self.prefetch_numel = prefetch_numel
+        self.max_live_numel = max_live_numel
+        self.max_reuse_numel = max_reuse_numel
+        self.live_numel = 0  # padded elements of every gathered (or in-flight) buffer
+        self.peak_live_numel = 0
+        self.prefetched = 0  # units gathered ahead of their use (a figure for tests and reports)
+        self._gathered: dict[ParamUnit, None] = {}  # insertion-ordered set
+        self._ahead: dict[ParamUnit, None] = {}  # prefetched, not yet acquired
+        self._kept: dict[ParamUnit, None] = {}  # released but kept for reuse, oldest first
+        self._traces: dict[str, list[ParamUnit]] = {}
+        self._record: list[ParamUnit] = []
+        self._trace: list[ParamUnit] = []
+        self._pass: str | None = None
+        self._following = False
+
+    def adopt(self, units: list[ParamUnit]) -> None:
+        for unit in units:
+            unit.coordinator = self
+
+    # --- passes ---
+    @contextmanager
+    def pass_(self, kind: str) -> Iterator[None]:
+        """One forward or backward: record acquisitions, follow the last record, free everything at the end."""
+        outer = self._pass
+        if outer is not None:  # e.g. a forward inside backward (activation checkpointing): one pass
+            yield
+            return
+        self._pass, self._record = kind, []
+        self._trace = self._traces.get(kind, [])
+        self._following = bool(self._trace)
+        try:
+            yield
+        finally:
+            self._traces[kind] = self._record
+            self._pass = None
+            self.free_all()
+
+    def free_all(self) -> None:
+        for unit in list(self._gathered):
+            unit.users = 0
+            self._free(unit)
+        self.held.settle()
+
+    # --- uses ---
+    def acquire(self, unit: ParamUnit) -> None:
+        position = len(self._record)
+        if self._pass is not None:
+            self._record.append(unit)
+            if self._following and (position >= len(self._trace) or self._trace[position] is not unit):
+                self._following = False
+        if not unit.gathered:
+            self._make_room(unit)
+            self._gather(unit)
+        self._ahead.pop(unit, None)
+        self._kept.pop(unit, None)
+        unit.wait()
+        unit.users += 1
+        if self._following:
+            self._prefetch(position + 1)
+
+    def release(self, unit: ParamUnit) -> None:
+        if unit.users == 0:
+            return  # already freed by the end of a pass
+        unit.users -= 1
+        if unit.users > 0:
+            return
+        if self._reused_soon(unit):
+            self._kept[unit] = None
+        else:
+            self._free(unit)
+
+    @contextmanager
+    def available(self, unit: ParamUnit) -> Iterator[None]:
+        self.acquire(unit)
+        try:
+            yield
+        finally:
+            self.release(unit)
+
+    # --- policy ---
+    def _reused_soon(self, unit: ParamUnit) -> bool:
+        if not self._following:
+            return False
+        distance = 0
+        for upcoming in self._trace[len(self._record) :]:
+            if upcoming is unit:
+                return distance <= self.max_reuse_numel and self.live_numel <= self.max_live_numel
+            distance += upcoming.numel
+            if distance > self.max_reuse_numel:
+                return False
+        return False
+
+    def _prefetch(self, start: int) -> None:
+        ahead = sum(unit.numel for unit in self._ahead)
+        for unit in self._trace[start:]:
+            if unit.gathered:
+                continue
+            if ahead + unit.numel > self.prefetch_numel or self.live_numel + unit.numel > self.max_live_numel:
+                return
+            self._gather(unit)
+            self._ahead[unit] = None
+            self.prefetched += 1
+            ahead += unit.numel
+
+    def _make_room(self, unit: ParamUnit) -> None:
+        for idle in (self._kept, self._ahead):
+            while idle and self.live_numel + unit.numel > self.max_live_numel:
+                self._free(next(iter(idle)))
+        if self.live_numel + unit.numel > self.max_live_numel:
+            needed = self.live_numel + unit.numel
+            raise ZeroError(
+                f"zero_optimization.stage3_max_live_parameters is {self.max_live_numel}, but {unit.name} needs "
+                f"{unit.numel} elements gathered while {self.live_numel} are in use by the modules running now; "
+                f"raise it to at least {needed}"
+            )
+
+    # --- bookkeeping ---
+    def _gather(self, unit: ParamUnit) -> None:
+        unit.start_gather()
+        self._gathered[unit] = None
+        self.live_numel += unit.numel
+        self.peak_live_numel = max(self.peak_live_numel, self.live_numel)
+
+    def _free(self, unit: ParamUnit) -> None:
+        self._ahead.pop(unit, None)
+        self._kept.pop(unit, None)
+        self._gathered.pop(unit, None)
+        self.live_numel -= unit.numel
+        self.held.released(*unit.free(), unit.name)

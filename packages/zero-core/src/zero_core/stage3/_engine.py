@@ -1,0 +1,70 @@
+"""Stage3Engine: the stage 0-2 training loop, with every forward and backward run as a gather pass."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..engine._collectives import Collectives
+from ..engine._engine import ZeroEngine
+from ._coordinator import GatherCoordinator
+from ._hooks import ModuleHooks
+from ._mode import Stage3Mode
+from ._state_dict import consolidated_state_dict
+
+if TYPE_CHECKING:
+    from ..config import ZeroConfig
+    from ..engine._optimizer import ZeroOptimizer
+    from ..engine._reducer import GradReducer
+    from ..memory.ledger import MemoryLedger
+
+
+class Stage3Engine(ZeroEngine):
+    """A ZeroEngine whose parameters are partitioned; `module_state_dict()` gathers them on rank 0."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        config: ZeroConfig,
+        optimizer: ZeroOptimizer,
+        lr_scheduler: Any,
+        reducer: GradReducer,
+        ledger: MemoryLedger,
+        device: torch.device,
+        dtype: torch.dtype,
+        training_dataloader: torch.utils.data.DataLoader | None = None,
+        *,
+        coordinator: GatherCoordinator,
+        hooks: ModuleHooks,
+        mode: Stage3Mode,
+        comm: Collectives,
+    ) -> None:
+        super().__init__(module, config, optimizer, lr_scheduler, reducer, ledger, device, dtype, training_dataloader)
+        self.coordinator = coordinator
+        self._hooks = hooks
+        self._mode = mode
+        self._comm = comm
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.ledger.phase("forward"), self.coordinator.pass_("forward"), self._mode:
+            try:
+                return self.module(*args, **kwargs)
+            finally:
+                self._hooks.reset()
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        with self.coordinator.pass_("backward"):
+            return super().backward(loss, *args, **kwargs)
+
+    def module_state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's full weights and buffers (compute dtype, on CPU) on rank 0; an empty dict on other ranks.
+
+        Every rank must call it: units are gathered one at a time (DeepSpeed's
+        `_zero3_consolidated_16bit_state_dict`).
+        """
+        return consolidated_state_dict(self.module, self.coordinator, self._comm.rank)
+
+    def destroy(self) -> None:
+        """Remove the gradient and gather hooks from the model."""
+        super().destroy()
+        self._hooks.remove()

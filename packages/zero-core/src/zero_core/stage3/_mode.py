@@ -1,0 +1,51 @@
+"""The torch-function mode active during a stage-3 forward.
+
+It sees every torch call the model makes, and:
+- hands each partitioned parameter about to be read to `ModuleHooks.use`, which gathers it
+  if no running module holds it (a tied or borrowed weight used outside its own module);
+- with `memory_efficient_linear`, routes `F.linear` on a partitioned weight through
+  `GatheredLinear`, which saves the parameter rather than a view of the gathered weight.
+Attribute reads and writes (`weight.dtype`, `weight.data = ...`) are not uses and gather nothing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ._hooks import ModuleHooks
+from ._linear import GatheredLinear
+from ._unit import unit_of
+
+_LINEAR = (F.linear, torch._C._nn.linear)
+
+
+class Stage3Mode(TorchFunctionMode):
+    def __init__(self, hooks: ModuleHooks, memory_efficient_linear: bool) -> None:
+        super().__init__()
+        self._hooks = hooks
+        self._efficient = memory_efficient_linear
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in ("__get__", "__set__"):
+            return func(*args, **kwargs)
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.nn.Parameter):
+                self._hooks.use(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, torch.nn.Parameter):
+                        self._hooks.use(item)
+        if self._efficient and func in _LINEAR:
+            return _linear(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    unit = unit_of(weight)
+    if unit is None or not isinstance(weight, torch.nn.Parameter) or not torch.is_grad_enabled():
+        return F.linear(input, weight, bias)
+    return GatheredLinear.apply(input, weight, bias, unit)

@@ -1,0 +1,35 @@
+"""One optimizer param group's trainable parameters at stage 3, as ZeroOptimizer sees them (`group.flat`).
+
+Persistent parameters (at most `stage3_param_persistence_threshold` elements) stay whole on
+every rank in flat reduce buckets, exactly as at stage 2 (FlatParams), and are all-gathered
+after each step. The others live in units, one per module, of which a rank holds only its
+shard. Layout index i < len(persistent buckets) is a persistent bucket; the rest are units.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine._flat_params import FlatParams
+from ..engine._layout import FlatLayout
+from ._unit import ParamUnit
+
+
+class Stage3Params:
+    def __init__(self, persistent: FlatParams | None, units: list[ParamUnit]) -> None:
+        self.persistent = persistent
+        self.units = units
+        self.persistent_layouts = list(persistent.layouts) if persistent is not None else []
+        self.layouts: list[FlatLayout] = self.persistent_layouts + [unit.layout for unit in units]
+
+    def owned(self, index: int, lo: int, hi: int) -> torch.Tensor:
+        """Elements [lo, hi) of layout `index` that this rank steps: a persistent slice, or a unit's shard."""
+        count = len(self.persistent_layouts)
+        if index < count:
+            assert self.persistent is not None
+            return self.persistent.owned(index, lo, hi)
+        return self.units[index - count].shard
+
+    def bucket(self, index: int) -> torch.Tensor:
+        """A whole persistent bucket (the all-gather after the step writes it)."""
+        assert self.persistent is not None and index < len(self.persistent_layouts)
+        return self.persistent.bucket(index)

@@ -1,0 +1,123 @@
+"""ParamUnit: parameters that are gathered together, stored as one flat padded buffer cut into N shards.
+
+Each rank keeps only its shard (`param.partition`); every parameter's `.data` is an empty
+tensor of the right dtype until the unit is gathered, when an all-gather fills a fresh
+buffer (`param.gathered`) and the parameters become views into it. Freeing drops the
+buffer and empties the parameters again, so the memory dies unless someone else holds it,
+which `free()` reports (see _held.py). The engine makes one unit per module and param group
+(frozen parameters form their own), `Init` one per module as it is built.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..engine._collectives import Collectives, Work
+from ..engine._layout import FlatLayout
+from ..memory.ledger import MemoryLedger
+
+if TYPE_CHECKING:
+    from ._coordinator import GatherCoordinator
+
+
+class ParamUnit:
+    def __init__(
+        self,
+        name: str,
+        params: Sequence[torch.nn.Parameter],
+        comm: Collectives,
+        dtype: torch.dtype,
+        ledger: MemoryLedger,
+        device: torch.device,
+    ) -> None:
+        """`params` must hold their full values now; they are read into this rank's shard, then emptied."""
+        self.name = name
+        self.layout = FlatLayout(params, comm.world_size)
+        self.numel = self.layout.padded_numel
+        self.comm = comm
+        self.dtype = dtype
+        self.ledger = ledger
+        self.coordinator: GatherCoordinator | None = None
+        self.master: torch.Tensor | None = None  # the fp32 master of this shard, when the engine keeps a copy
+        self.buffer: torch.Tensor | None = None
+        self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
+        self._work: Work | None = None
+        self._empty = torch.empty(0, dtype=dtype, device=device)
+        self.shard = ledger.new("param.partition", lambda: shard_of(self.layout, comm.rank, dtype, device))
+        for slot in self.layout.slots:
+            param = slot.param
+            param.ds_numel = slot.numel  # DeepSpeed's names, read by zero-estimate and by users' code
+            param.ds_shape = slot.shape
+            param._zero_unit = self
+            param.data = self._empty
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return self.layout.params
+
+    @property
+    def gathered(self) -> bool:
+        """The buffer exists (its all-gather may still be in flight)."""
+        return self.buffer is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.buffer is not None and self._work is None
+
+    def start_gather(self) -> None:
+        """Allocate the buffer and launch the all-gather of every rank's shard into it."""
+        numel, dtype, device = self.numel, self.dtype, self.shard.device
+        self.buffer = self.ledger.new("param.gathered", lambda: torch.empty(numel, dtype=dtype, device=device))
+        self._work = self.comm.all_gather(self.buffer, self.shard, async_op=True)
+
+    def wait(self) -> None:
+        """Finish the all-gather and point every parameter at its piece of the buffer."""
+        if self._work is None:
+            return
+        self._work.wait()
+        self._work = None
+        assert self.buffer is not None
+        for slot in self.layout.slots:
+            slot.param.data = self.buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
+
+    def free(self) -> tuple[weakref.ref, weakref.ref]:
+        """Empty the parameters and drop the buffer; returns weak references to the buffer and its storage."""
+        self.wait()
+        assert self.buffer is not None
+        for slot in self.layout.slots:
+            slot.param.data = self._empty
+        refs = weakref.ref(self.buffer), weakref.ref(self.buffer.untyped_storage())
+        self.buffer = None
+        return refs
+
+    def drop(self) -> None:
+        """Forget the gathered buffer without touching the parameters, which another unit has taken over."""
+        self.wait()
+        self.buffer = None
+
+    def store(self, source: torch.Tensor) -> None:
+        """Take this rank's shard of `source` (the whole padded flat buffer) as the new partition."""
+        lo, hi = self.layout.shard_range(self.comm.rank)
+        self.shard.copy_(source[lo:hi])
+        if self.master is not None:
+            self.master.copy_(self.shard)
+
+    def __repr__(self) -> str:
+        return f"ParamUnit({self.name}, {self.layout.numel} elements)"
+
+
+def shard_of(layout: FlatLayout, rank: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Rank's shard of the layout's parameters (which hold full values now), padding zeroed."""
+    lo, hi = layout.shard_range(rank)
+    shard = torch.zeros(hi - lo, dtype=dtype, device=device)
+    for piece in layout.pieces_in(lo, hi):
+        source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
+        shard[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
+    return shard
+
+
+def unit_of(param: torch.Tensor) -> ParamUnit | None:
+    return getattr(param, "_zero_unit", None)
