@@ -22,8 +22,10 @@ $(VENV)/.installed: requirements-dev.txt $(addsuffix /pyproject.toml,$(PACKAGES)
 	$(BIN)/pip install --quiet -r requirements-dev.txt $(addprefix -e ,$(PACKAGES))
 	touch $@
 
+# The main job: a 2-rank training run from a DeepSpeed ds_config, ending with the memory ledger.
 run: $(VENV)/.installed
 	$(BIN)/zero report
+	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node 2 examples/train.py --config examples/ds_config.json
 
 test: test-fast
 	PATH="$(TOX_PATH)" $(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
