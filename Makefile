@@ -16,7 +16,6 @@ NO_TORCH_ENVS := plugins-py310,plugins-py311,plugins-py312,plugins-py313,cli-py3
 
 $(VENV)/.installed: requirements-dev.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: a bare requirement would pull a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements-dev.txt $(addprefix -e ,$(PACKAGES))

@@ -39,13 +39,15 @@ def test_model_states_after_init_follow_the_stage_contracts(stage, params, optim
 @pytest.mark.parametrize(("stage", "grads"), [(0, 2 * P), (1, 2 * P), (2, 2 * P // N), (3, 2 * P // N)])
 def test_gradients_are_whole_below_stage_2_and_a_partition_from_stage_2(stage, grads):
     backward = _gpu(stage, "backward")
-    assert backward["grad.partition"] == grads
+    # the ledger's names: whole grads are grad.full, a rank's slice grad.partition
+    assert backward["grad.full" if stage < 2 else "grad.partition"] == grads
+    assert ("grad.partition" if stage < 2 else "grad.full") not in backward
     assert backward["grad.bucket"] == 2 * P  # reduce_bucket_size bounds it; this model is smaller
 
 
 def test_the_optimizer_steps_on_an_fp32_copy_of_the_grads_and_stage_1_2_all_gather_in_a_bucket():
     step, backward = _gpu(2, "step"), _gpu(2, "backward")
-    assert step["grad.partition"] - backward["grad.partition"] == 4 * P // N
+    assert step["optim.grad"] == 4 * P // N and "optim.grad" not in backward
     assert step["comm"] == 2 * P and "comm" not in backward
     assert "grad.bucket" not in step
 
@@ -69,7 +71,7 @@ def test_stage_3_gathers_the_largest_layer_plus_prefetch_held_to_max_live():
 def test_frozen_params_carry_no_grads_or_optimizer_state():
     lora = from_numbers(P, trainable_params=P // 10)
     backward = estimate(lora, FOUR_GPUS, Training(), ZeroSettings(stage=2)).by_category("gpu", "backward")
-    assert backward["param.partition"] == 2 * P
+    assert backward["param.persistent"] == 2 * P
     assert backward["grad.partition"] == 2 * (P // 10) // N
     assert backward["optim.master"] + backward["optim.state"] == 12 * (P // 10) // N
 
@@ -99,7 +101,7 @@ def test_param_offload_and_nvme_put_partitions_on_their_devices():
 def test_fp32_training_has_no_master_copy_and_four_byte_params():
     result = estimate(MODEL, FOUR_GPUS, Training(precision="fp32"), ZeroSettings(stage=1)).by_category("gpu", "step")
     assert "optim.master" not in result
-    assert result["param.partition"] == 4 * P and result["grad.partition"] == 4 * P
+    assert result["param.persistent"] == 4 * P and result["grad.full"] == 4 * P
 
 
 @pytest.mark.parametrize(("optimizer", "state_bytes"), [("adam", 8), ("sgd-momentum", 4), ("sgd", 0)])

@@ -13,15 +13,19 @@ BACKWARD = ("backward",)
 BACKWARD_STEP = ("backward", "step")
 STEP = ("step",)
 
-# The engine ledger's categories (DESIGN.md, "Memory ledger"), so estimate and ledger compare line by line.
+# The engine ledger's categories (DESIGN.md, "Memory ledger", and docs/architecture.md), so estimate and
+# ledger compare line by line. At stages 0-2 whole 16-bit params are `param.persistent`, as in the ledger.
 CATEGORIES = (
     "param.partition",
     "param.gathered",
     "param.persistent",
+    "module.buffers",
+    "grad.full",
     "grad.partition",
     "grad.bucket",
     "optim.master",
     "optim.state",
+    "optim.grad",
     "swap.buffer",
     "comm",
     "activations",

@@ -42,7 +42,7 @@ def state_lines(spec: ModelSpec, cluster: Cluster, training: Training, zero: Zer
     c = _Context(spec, cluster, training, zero)
     lines = Lines()
     if zero.stage < 3:
-        lines.add("param.partition", "gpu", f"{c.word} params, whole model on every GPU", c.b * c.P, ALWAYS)
+        lines.add("param.persistent", "gpu", f"{c.word} params, whole model on every GPU", c.b * c.P, ALWAYS)
     else:
         _stage3_params(c, lines)
     _gradients(c, lines)
@@ -97,7 +97,7 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
 def _gradients(c: _Context, lines: Lines) -> None:
     stage = c.zero.stage
     if stage < 2:
-        lines.add("grad.partition", "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP)
+        lines.add("grad.full", "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP)
     elif c.zero.offload_optimizer == "none":
         what = f"{c.word} grad partition (reduce-scattered during backward)"
         lines.add("grad.partition", "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP)
@@ -126,7 +126,7 @@ def _optimizer(c: _Context, lines: Lines) -> None:
         upcast = c.T_part
         if c.zero.stage == 3:  # stage 3 steps one sub-group at a time
             upcast = smallest(c.T_part, Q.var("SG", c.zero.sub_group_size))
-        lines.add("grad.partition", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * upcast, STEP)
+        lines.add("optim.grad", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * upcast, STEP)
     if device == "nvme":
         sub_group = smallest(Q.var("SG", c.zero.sub_group_size), c.T_part)
         buffers = Q.var("nb", c.zero.optimizer_buffer_count) * 4 * sub_group

@@ -160,4 +160,4 @@ class GatherCoordinator:
         self._kept.pop(unit, None)
         self._gathered.pop(unit, None)
         self.live_numel -= unit.numel
-        self.held.released(*unit.free(), unit.name)
+        self.held.released(unit.free(), unit.name)

@@ -83,15 +83,15 @@ class ParamUnit:
         for slot in self.layout.slots:
             slot.param.data = self.buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
 
-    def free(self) -> tuple[weakref.ref, weakref.ref]:
-        """Empty the parameters and drop the buffer; returns weak references to the buffer and its storage."""
+    def free(self) -> weakref.ref:
+        """Empty the parameters and drop the buffer; returns a weak reference to the buffer's storage."""
         self.wait()
         assert self.buffer is not None
         for slot in self.layout.slots:
             slot.param.data = self._empty
-        refs = weakref.ref(self.buffer), weakref.ref(self.buffer.untyped_storage())
+        storage = weakref.ref(self.buffer.untyped_storage())
         self.buffer = None
-        return refs
+        return storage
 
     def drop(self) -> None:
         """Forget the gathered buffer without touching the parameters, which another unit has taken over."""
