@@ -3,8 +3,8 @@
 The model has every case stage 3 must handle: an embedding tied to the output head (one
 Parameter registered by two modules), a parameter used by another module (`borrow` reads
 `proj.weight` outside `proj`'s forward), LoRA adapters on frozen base linears, LayerNorms
-and biases small enough to stay whole (persistence threshold), and a block called twice
-in one forward. Prefetch and live-parameter limits are set small so that they act. Each
+and biases small enough to stay whole (persistence threshold), a block called twice in one
+forward, and, in one case, activation checkpointing of the blocks. Prefetch and live-parameter limits are set small so that they act. Each
 case trains 10 steps on the same global batch of 8 sequences; the fp32 cases must match
 plain torch (losses, and the full weights consolidated by `engine.module_state_dict()`)
 within fp32 tolerance. fp16 with dynamic loss scaling (starting high, so steps overflow
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 STEPS = 10
 GLOBAL_BATCH = 8
@@ -63,8 +64,9 @@ class Block(torch.nn.Module):
 
 
 class Toy(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, checkpointing: bool = False) -> None:
         super().__init__()
+        self.checkpointing = checkpointing
         self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
         self.blocks = torch.nn.ModuleList([Block(), Block()])
         self.proj = torch.nn.Linear(HIDDEN, HIDDEN)
@@ -76,15 +78,16 @@ class Toy(torch.nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed(ids)
         for block in (*self.blocks, self.blocks[0]):  # block 0 runs twice
-            h = block(h)
+            # activation checkpointing re-runs the block's forward inside backward
+            h = checkpoint(block, h, use_reentrant=False) if self.checkpointing else block(h)
         h = self.proj(h) + self.borrow(h)
         logits = self.head(self.norm(h))
         return F.cross_entropy(logits.float().reshape(-1, VOCAB), ids.roll(-1, 1).reshape(-1))
 
 
-def make_model() -> Toy:
+def make_model(checkpointing: bool = False) -> Toy:
     torch.manual_seed(1234)
-    return Toy()
+    return Toy(checkpointing)
 
 
 def make_data() -> torch.Tensor:
@@ -95,6 +98,7 @@ CASES: dict[str, dict[str, Any]] = {
     "stage3": {},
     "stage3-accum2-clip": {"accum": 2, "clip": CLIP},
     "stage3-no-prefetch-no-overlap": {"prefetch": 0, "overlap": False, "efficient": False},
+    "stage3-checkpointing": {"checkpointing": True},
     "stage3-fp16": {"fp16": True},
     "stage2-fp16": {"fp16": True, "stage": 2},
 }
@@ -147,7 +151,8 @@ def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
     data = make_data()
     results = {}
     for name, case in CASES.items():
-        engine, _, _, _ = zero_core.initialize(model=make_model(), config=ds_config(case, world_size))
+        engine, _, _, _ = zero_core.initialize(model=make_model(case.get("checkpointing", False)),
+                                               config=ds_config(case, world_size))
         accum = engine.gradient_accumulation_steps()
         micro = engine.train_micro_batch_size_per_gpu()
         losses = []

@@ -99,6 +99,10 @@ def _measure(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
             "after_forward": engine.ledger.total(),
             "categories": {c: f["current"] for c, f in report.items() if f["current"]},
             "held": engine.ledger.current("param.gathered.held"),
+            "held_units": sorted(name.removesuffix(" (frozen)") for name in engine.coordinator.held.held_units)
+            if run["stage"] == 3 else [],
+            "saved_modules": sorted(name for name, m in model.named_modules()
+                                    if needs_grad.get(m) and unit_of(getattr(m, "weight", None)) is not None),
             "saved_linear_weights": saved,
             "warnings": [str(w.message) for w in caught if issubclass(w.category, zero_core.HeldParametersWarning)],
             "params": sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
@@ -129,6 +133,7 @@ def test_stock_linear_makes_stage3_exceed_stage2_after_forward(measured) -> None
         held = result["stage 3, memory_efficient_linear: false"]
         assert held["after_forward"] > result["stage 2"]["after_forward"]
         assert held["held"] == held["saved_linear_weights"] > 0, "held = the 16-bit size of the saved linear weights"
+        assert held["held_units"] == held["saved_modules"], "exactly the linears whose input needs a gradient"
         assert len(held["warnings"]) == 1 and "memory_efficient_linear: true" in held["warnings"][0]
 
 

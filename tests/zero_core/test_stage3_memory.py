@@ -98,10 +98,13 @@ def _contract(rank: int, world_size: int, kind: str) -> dict[str, Any]:
         shapes = {name: (getattr(p, "ds_numel", None), getattr(p, "ds_shape", None), p.numel())
                   for name, p in engine.module.named_parameters()}
         for _ in range(2):
+            before = {op: c["sent_bytes"] for op, c in engine.memory_report().comm.items()}
             loss = engine(x).float().pow(2).mean()
             engine.backward(loss)
             engine.step()
             _settle(engine)
+        sent = {op: c["sent_bytes"] - before.get(op, 0) for op, c in engine.memory_report().comm.items()
+                if c["sent_bytes"] != before.get(op, 0)}
         del loss, x  # x: the memory-efficient linear's backward reshapes it, so the tracker has seen it
         gc.collect()
         report = engine.memory_report()["cpu"]
@@ -109,7 +112,8 @@ def _contract(rank: int, world_size: int, kind: str) -> dict[str, Any]:
     units = sum(len(group.flat.units) for group in engine.optimizer.groups)
     engine.destroy()
     return {"after_init": after_init, "after_steps": {c: f["current"] for c, f in report.items() if f["current"]},
-            "peaks": {c: f["peak"] for c, f in report.items()}, "alive": alive, "shapes": shapes, "units": units}
+            "peaks": {c: f["peak"] for c, f in report.items()}, "alive": alive, "shapes": shapes, "units": units,
+            "sent": sent}
 
 
 def _bounds(rank: int, world_size: int, efficient: bool) -> dict[str, Any]:
@@ -206,6 +210,22 @@ def test_ledger_matches_the_stage3_contract(measured, kind: str) -> None:  # typ
         assert r["alive"] == expected["total"], "every byte alive after a step is in the ledger"
         for name, (ds_numel, ds_shape, numel) in r["shapes"].items():
             assert numel == 0 and ds_numel == torch.Size(ds_shape).numel() > 0, name
+
+
+@pytest.mark.parametrize("kind", ["dense", "lora"])
+def test_bytes_sent_per_step_are_3_times_the_16bit_model(measured, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """DESIGN.md: 3P per step at stage 3 (ZeRO paper): gather for forward, again for backward, reduce-scatter."""
+    n, per_rank = measured
+    p, f = _counts(kind)
+    ring = (n - 1) * 2 * (p + f) // n  # (N-1)/N of the 16-bit model, as the ring sends it
+    for result in per_rank:
+        sent = result[kind]["sent"]
+        # frozen bases are gathered in backward only where their input needs a gradient: all but the first
+        frozen_first = 0 if kind == "dense" else (n - 1) * 2 * (64 * 64 + 64) // n
+        assert sent["all_gather"] == 2 * ring - frozen_first
+        assert sent["reduce_scatter"] == (n - 1) * 2 * p // n
+        assert sent == {"all_gather": sent["all_gather"], "reduce_scatter": sent["reduce_scatter"],
+                        "all_reduce": 2 * (n - 1) * 4 // n}
 
 
 def test_gathered_parameters_stay_within_the_live_cap(measured) -> None:  # type: ignore[no-untyped-def]

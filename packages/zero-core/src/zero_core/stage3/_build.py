@@ -34,7 +34,6 @@ from ._coordinator import GatherCoordinator
 from ._engine import Stage3Engine
 from ._held import HeldMemoryDetector
 from ._hooks import ModuleHooks
-from ._mode import Stage3Mode
 from ._optimizer import Stage3Optimizer
 from ._params import Stage3Params
 from ._unit import ParamUnit, shard_of, unit_of
@@ -80,14 +79,13 @@ def build_stage3_engine(
     coordinator = GatherCoordinator(HeldMemoryDetector(ledger), zero.stage3_prefetch_bucket_size,
                                     zero.stage3_max_live_parameters, zero.stage3_max_reuse_distance)
     coordinator.adopt(list({u: None for found in units.values() for u in found}))
-    hooks = ModuleHooks(model, units, coordinator)
+    hooks = ModuleHooks(model, units, coordinator, bool(zero.memory_efficient_linear))
     loader = None
     if training_data is not None:
         loader = build_dataloader(training_data, int(config.train_micro_batch_size_per_gpu), comm.rank,
                                   comm.world_size, collate_fn)
     return Stage3Engine(model, config, zero_optimizer, _scheduler(config, lr_scheduler, inner), reducer, ledger,
-                        device, dtype, loader, coordinator=coordinator, hooks=hooks,
-                        mode=Stage3Mode(hooks, bool(zero.memory_efficient_linear)), comm=comm)
+                        device, dtype, loader, coordinator=coordinator, hooks=hooks, comm=comm)
 
 
 def _build_units(

@@ -46,6 +46,7 @@ class GatherCoordinator:
         self._trace: list[ParamUnit] = []
         self._pass: str | None = None
         self._following = False
+        self._soon: list[ParamUnit] = []  # releases put off by release_soon
 
     def adopt(self, units: list[ParamUnit]) -> None:
         for unit in units:
@@ -56,7 +57,7 @@ class GatherCoordinator:
     def pass_(self, kind: str) -> Iterator[None]:
         """One forward or backward: record acquisitions, follow the last record, free everything at the end."""
         outer = self._pass
-        if outer is not None:  # e.g. a forward inside backward (activation checkpointing): one pass
+        if outer is not None:  # engine(...) called from inside the model: still one pass
             yield
             return
         self._pass, self._record = kind, []
@@ -69,7 +70,12 @@ class GatherCoordinator:
             self._pass = None
             self.free_all()
 
+    @property
+    def in_backward(self) -> bool:
+        return self._pass == "backward"
+
     def free_all(self) -> None:
+        self._soon.clear()
         for unit in list(self._gathered):
             unit.users = 0
             self._free(unit)
@@ -92,6 +98,20 @@ class GatherCoordinator:
         if self._following:
             self._prefetch(position + 1)
 
+    def release_soon(self, unit: ParamUnit) -> None:
+        """Release when backward next gathers or releases for a module (`release_put_off`), not now.
+
+        For a forward that activation checkpointing re-runs inside backward: the checkpoint
+        compares what the re-run saved (here the parameters themselves) with the first
+        forward once the whole re-run has returned, so the parameters must still be whole then.
+        """
+        self._soon.append(unit)
+
+    def release_put_off(self) -> None:
+        soon, self._soon = self._soon, []
+        for unit in soon:
+            self.release(unit)
+
     def release(self, unit: ParamUnit) -> None:
         if unit.users == 0:
             return  # already freed by the end of a pass
@@ -106,6 +126,7 @@ class GatherCoordinator:
     @contextmanager
     def available(self, unit: ParamUnit) -> Iterator[None]:
         self.acquire(unit)
+        self.release_put_off()
         try:
             yield
         finally:

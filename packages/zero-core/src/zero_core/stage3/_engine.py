@@ -9,7 +9,6 @@ from ..engine._collectives import Collectives
 from ..engine._engine import ZeroEngine
 from ._coordinator import GatherCoordinator
 from ._hooks import ModuleHooks
-from ._mode import Stage3Mode
 from ._state_dict import consolidated_state_dict
 
 if TYPE_CHECKING:
@@ -36,17 +35,15 @@ class Stage3Engine(ZeroEngine):
         *,
         coordinator: GatherCoordinator,
         hooks: ModuleHooks,
-        mode: Stage3Mode,
         comm: Collectives,
     ) -> None:
         super().__init__(module, config, optimizer, lr_scheduler, reducer, ledger, device, dtype, training_dataloader)
         self.coordinator = coordinator
         self._hooks = hooks
-        self._mode = mode
         self._comm = comm
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with self.ledger.phase("forward"), self.coordinator.pass_("forward"), self._mode:
+        with self.ledger.phase("forward"), self.coordinator.pass_("forward"):
             try:
                 return self.module(*args, **kwargs)
             finally:

@@ -10,7 +10,9 @@
 - `use(param)`: a partitioned parameter reached by an op while no running module holds its
   unit (a parameter used outside its own module's forward) is gathered on the spot, and the
   running module adopts the unit, so it is gathered with that module from then on, forward
-  and backward.
+  and backward. Ops are seen through Stage3Mode, entered when the outermost module starts
+  and left when it returns, so that forwards re-run by activation checkpointing inside
+  backward (where no mode entered around the first forward is active) see it too.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from torch.autograd.graph import register_multi_grad_hook
 from torch.utils.hooks import RemovableHandle
 
 from ._coordinator import GatherCoordinator
+from ._mode import Stage3Mode
 from ._unit import ParamUnit, unit_of
 
 
@@ -42,8 +45,10 @@ class _BackwardScope:
             self.acquired = list(self.units)
             for unit in self.acquired:
                 self.coordinator.acquire(unit)
+        self.coordinator.release_put_off()
 
     def post_backward(self) -> None:
+        self.coordinator.release_put_off()
         if self.acquired is not None:
             for unit in self.acquired:
                 self.coordinator.release(unit)
@@ -66,8 +71,10 @@ class _ReleaseAfterBackward(torch.autograd.Function):
 
 class ModuleHooks:
     def __init__(self, root: torch.nn.Module, units: dict[torch.nn.Module, list[ParamUnit]],
-                 coordinator: GatherCoordinator) -> None:
+                 coordinator: GatherCoordinator, memory_efficient_linear: bool) -> None:
         self._units = {module: list(found) for module, found in units.items()}
+        self._mode = Stage3Mode(self.use, memory_efficient_linear)
+        self._mode_active = False
         self._coordinator = coordinator
         self._stack: list[tuple[torch.nn.Module, _BackwardScope | None]] = []
         self._held = Counter[ParamUnit]()  # units held by the modules on the stack
@@ -89,20 +96,25 @@ class ModuleHooks:
         """After a pass: forget modules left on the stack by an exception."""
         self._stack.clear()
         self._held.clear()
+        self._leave_mode()
+
+    def _leave_mode(self) -> None:
+        if self._mode_active:
+            self._mode_active = False
+            self._mode.__exit__(None, None, None)
 
     # --- parameters used outside their module ---
     def use(self, param: torch.Tensor) -> None:
         """An op is about to read `param`: make sure its unit is gathered and held by a running module."""
         unit = unit_of(param)
-        if unit is None or self._busy or self._held[unit] > 0 or unit.coordinator is not self._coordinator:
-            return
+        if (unit is None or self._busy or not self._stack or self._held[unit] > 0
+                or unit.coordinator is not self._coordinator):
+            return  # no running module (e.g. an autograd function's backward): the caller gathers what it needs
         self._busy = True
         try:
             self._coordinator.acquire(unit)
         finally:
             self._busy = False
-        if not self._stack:
-            return  # outside every module: gathered until the pass ends
         module = self._stack[-1][0]
         self._units.setdefault(module, []).append(unit)
         self._held[unit] += 1
@@ -118,6 +130,9 @@ class ModuleHooks:
         finally:
             self._busy = False
         scope = _BackwardScope(self._coordinator, units) if torch.is_grad_enabled() else None
+        if not self._stack and not self._mode_active:
+            self._mode.__enter__()
+            self._mode_active = True
         self._stack.append((module, scope))
         if scope is None or not units:
             return None  # a module without units yet releases what it adopts when backward ends
@@ -131,12 +146,15 @@ class ModuleHooks:
         if not self._stack or self._stack[-1][0] is not module:
             return  # the stack was reset by an exception in this forward
         _, scope = self._stack.pop()
+        if not self._stack:
+            self._leave_mode()
         units = self.units(module)
+        release = self._coordinator.release_soon if self._coordinator.in_backward else self._coordinator.release
         self._busy = True
         try:
             for unit in units:
                 self._held[unit] -= 1
-                self._coordinator.release(unit)
+                release(unit)
         finally:
             self._busy = False
         if scope is not None and units:

@@ -21,7 +21,8 @@ class GatheredLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, input: torch.Tensor, weight: torch.nn.Parameter, bias: torch.Tensor | None,
                 unit: ParamUnit) -> torch.Tensor:
-        ctx.save_for_backward(input, weight, bias)
+        # The input is needed only for the weight's gradient (a frozen base weight needs none).
+        ctx.save_for_backward(input if ctx.needs_input_grad[1] else None, weight, bias)
         ctx.unit = unit
         return F.linear(input, weight, bias)
 

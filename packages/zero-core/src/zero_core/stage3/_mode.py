@@ -1,6 +1,8 @@
-"""The torch-function mode active during a stage-3 forward.
+"""The torch-function mode active while a stage-3 model's modules run.
 
-It sees every torch call the model makes, and:
+ModuleHooks enters it when the outermost module starts (in forward, and again when
+activation checkpointing re-runs a forward inside backward) and leaves it when that module
+returns. It sees every torch call the model makes, and:
 - hands each partitioned parameter about to be read to `ModuleHooks.use`, which gathers it
   if no running module holds it (a tied or borrowed weight used outside its own module);
 - with `memory_efficient_linear`, routes `F.linear` on a partitioned weight through
@@ -9,13 +11,13 @@ Attribute reads and writes (`weight.dtype`, `weight.data = ...`) are not uses an
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ._hooks import ModuleHooks
 from ._linear import GatheredLinear
 from ._unit import unit_of
 
@@ -23,9 +25,9 @@ _LINEAR = (F.linear, torch._C._nn.linear)
 
 
 class Stage3Mode(TorchFunctionMode):
-    def __init__(self, hooks: ModuleHooks, memory_efficient_linear: bool) -> None:
+    def __init__(self, use: Callable[[torch.Tensor], None], memory_efficient_linear: bool) -> None:
         super().__init__()
-        self._hooks = hooks
+        self._use = use
         self._efficient = memory_efficient_linear
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -34,11 +36,11 @@ class Stage3Mode(TorchFunctionMode):
             return func(*args, **kwargs)
         for value in (*args, *kwargs.values()):
             if isinstance(value, torch.nn.Parameter):
-                self._hooks.use(value)
+                self._use(value)
             elif isinstance(value, (list, tuple)):
                 for item in value:
                     if isinstance(item, torch.nn.Parameter):
-                        self._hooks.use(item)
+                        self._use(item)
         if self._efficient and func in _LINEAR:
             return _linear(*args, **kwargs)
         return func(*args, **kwargs)

@@ -63,10 +63,6 @@ class ParamUnit:
         """The buffer exists (its all-gather may still be in flight)."""
         return self.buffer is not None
 
-    @property
-    def ready(self) -> bool:
-        return self.buffer is not None and self._work is None
-
     def start_gather(self) -> None:
         """Allocate the buffer and launch the all-gather of every rank's shard into it."""
         numel, dtype, device = self.numel, self.dtype, self.shard.device

@@ -1,0 +1,177 @@
+"""zero_core.Init, GatheredParameters and the stage-3 errors.
+
+- Building a model inside `zero_core.Init` partitions each module as it is created: the
+  peak memory of the build (a StorageTracker around it) stays within the largest layer
+  plus the shards, far below the whole model; the model then trains exactly like one
+  built normally, and `module_state_dict()` gives back the same full weights.
+- `GatheredParameters(params, modifier_rank=0)` shows full weights on every rank, and
+  rank 0's in-place changes reach every rank's shard (and the fp32 master).
+- Bad settings and arguments fail with one line naming the problem and the fix.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from zero_plugins import ZeroError
+
+from zero_core.config import ConfigError
+
+WIDTHS = [64, 128, 128, 128, 128, 128, 64]  # the largest layer is 1/5 of the model
+
+
+def make_model() -> torch.nn.Sequential:
+    torch.manual_seed(3)
+    layers = [torch.nn.Linear(a, b) for a, b in zip(WIDTHS, WIDTHS[1:])]
+    return torch.nn.Sequential(*layers)
+
+
+def config(**zero: Any) -> dict[str, Any]:
+    return {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, **zero}}
+
+
+def _train(engine, rank: int) -> list[float]:  # type: ignore[no-untyped-def]
+    data = torch.randn(3, 8, WIDTHS[0], generator=torch.Generator().manual_seed(0))
+    losses = []
+    for batch in data:
+        loss = engine(batch[rank * 4 : rank * 4 + 4]).pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _run(rank: int, world_size: int) -> dict[str, Any]:
+    import zero_core
+    from zero_core import StorageTracker
+
+    with StorageTracker() as tracker:
+        with zero_core.Init(config=config()):
+            model = make_model()
+        build_peak = tracker.peak_bytes("cpu")
+    empty = all(p.numel() == 0 and p.ds_numel > 0 for p in model.parameters())
+    with zero_core.GatheredParameters(model[0].bias, modifier_rank=0):  # in-place initialisation, as after post_init
+        if rank == 0:
+            with torch.no_grad():
+                model[0].bias.fill_(0.25)
+    engine, _, _, _ = zero_core.initialize(model=model, config=config())
+    init_losses, init_state = _train(engine, rank), engine.module_state_dict()
+    engine.destroy()
+
+    plain = make_model()
+    with torch.no_grad():
+        plain[0].bias.fill_(0.25)
+    engine, _, _, _ = zero_core.initialize(model=plain, config=config())
+    plain_losses, plain_state = _train(engine, rank), engine.module_state_dict()
+    engine.destroy()
+
+    engine, _, _, _ = zero_core.initialize(model=make_model(), config={**config(), "bf16": {"enabled": True}})
+    weight = engine.module[1].weight
+    with zero_core.GatheredParameters(weight):
+        seen = weight.detach().float().clone()
+    with zero_core.GatheredParameters(engine.module[1].parameters(), modifier_rank=0):
+        if rank == 0:
+            with torch.no_grad():
+                weight.fill_(2.0)
+                engine.module[1].bias.fill_(2.0)
+    unit = weight._zero_unit
+    shard, master = unit.shard.float().clone(), unit.master.clone()
+    after = engine.module_state_dict()
+    engine.destroy()
+    return {"build_peak": build_peak, "empty": empty, "init": (init_losses, init_state),
+            "plain": (plain_losses, plain_state), "seen": seen, "shard": shard, "master": master, "after": after}
+
+
+@pytest.fixture(scope="module")
+def results() -> list[dict[str, Any]]:
+    from multirank import run_ranks
+
+    return run_ranks(_run, 2, timeout=300)
+
+
+def test_init_peak_is_the_largest_layer_plus_the_shards(results) -> None:  # type: ignore[no-untyped-def]
+    layers = [(a * b + b) * 4 for a, b in zip(WIDTHS, WIDTHS[1:])]  # fp32 bytes per layer
+    shards = sum(-(-n // 2) for n in layers)  # each layer's shard, on 2 ranks
+    for result in results:
+        assert result["empty"], "every parameter is partitioned, with ds_numel set"
+        assert result["build_peak"] <= max(layers) + shards
+        assert result["build_peak"] < sum(layers) * 3 // 4, "no rank ever holds the whole model"
+
+
+def test_init_model_trains_like_a_plain_one(results) -> None:  # type: ignore[no-untyped-def]
+    for result in results:
+        assert result["init"][0] == result["plain"][0]
+    init_state, plain_state = results[0]["init"][1], results[0]["plain"][1]
+    assert init_state.keys() == plain_state.keys() and results[1]["init"][1] == {}
+    for key, value in plain_state.items():
+        assert torch.equal(init_state[key], value), key
+
+
+def test_gathered_parameters_reads_and_redistributes(results) -> None:  # type: ignore[no-untyped-def]
+    expected = make_model()[1].weight.detach().bfloat16().float()
+    for result in results:
+        assert torch.equal(result["seen"], expected), "every rank sees the full weight"
+        assert torch.all(result["shard"] == 2.0) and torch.equal(result["master"], result["shard"])
+    assert torch.all(results[0]["after"]["1.weight"] == 2.0) and torch.all(results[0]["after"]["1.bias"] == 2.0)
+    assert torch.equal(results[0]["after"]["2.weight"].float(), make_model()[2].weight.detach().bfloat16().float())
+
+
+class Outer(torch.nn.Module):
+    """Holds its own weight gathered while its child runs: both must fit under the live cap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = torch.nn.Parameter(torch.randn(64, 64))
+        self.inner = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) @ self.mix
+
+
+def test_live_cap_below_one_module_is_a_config_error(solo_process_group: None) -> None:
+    import zero_core
+
+    with pytest.raises(ConfigError, match=r"zero_optimization.stage3_max_live_parameters: is 1000, below the 16512 "
+                                          r"elements of 1, .* raise it to at least 16512"):
+        zero_core.initialize(model=make_model(), config=config(stage3_max_live_parameters=1000))
+
+
+def test_live_cap_below_the_running_modules_is_an_error(solo_process_group: None) -> None:
+    import zero_core
+
+    engine, _, _, _ = zero_core.initialize(model=Outer(), config=config(stage3_max_live_parameters=4160))
+    with pytest.raises(ZeroError, match=r"stage3_max_live_parameters is 4160, but inner needs 4160 elements gathered "
+                                        r"while 4096 are in use .* raise it to at least 8256"):
+        engine(torch.randn(2, 64))
+    engine.destroy()
+
+
+def test_bad_gathered_parameters_arguments(solo_process_group: None) -> None:
+    import zero_core
+
+    engine, _, _, _ = zero_core.initialize(model=make_model(), config=config())
+    with pytest.raises(ZeroError, match=r"modifier_rank 1 is outside 0..0"):
+        zero_core.GatheredParameters(engine.module[0].weight, modifier_rank=1)
+    with pytest.raises(ZeroError, match=r"GatheredParameters takes parameters, got str"):
+        zero_core.GatheredParameters(["weight"])
+    engine.destroy()
+
+
+def test_zero_estimate_counts_a_partitioned_model(solo_process_group: None) -> None:
+    """zero-estimate reads DeepSpeed's ds_numel on partitioned parameters (their .data is empty)."""
+    import zero_core
+    from zero_estimate import model_to_params
+
+    expected = model_to_params(make_model())
+    engine, _, _, _ = zero_core.initialize(model=make_model(), config=config())
+    assert all(p.numel() == 0 for p in engine.module.parameters())
+    assert model_to_params(engine.module) == expected
+    engine.destroy()
+    with zero_core.Init(config=config()):
+        built = make_model()
+    assert model_to_params(built) == expected
+    late = make_model()
+    zero_core.Init(module=late, config=config())  # an already-built model, partitioned at once
+    assert all(p.numel() == 0 for p in late.parameters()) and model_to_params(late) == expected
