@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 import torch
 
-STEPS = 10
-GLOBAL_BATCH = 8
+from parity_helpers import CLIP, GLOBAL_BATCH, LR, STEPS, split_batch_config, train_split, train_whole
+
 SEQ_LEN = 16
 VOCAB = 96
-LR = 1e-3
-CLIP = 0.05  # small enough that every step clips, so clipping is really exercised
 BUCKET = 3000  # elements: several buckets per param group
 
 CASES: dict[str, dict[str, Any]] = {
@@ -64,26 +62,13 @@ def param_groups(model: torch.nn.Module, grouped: bool) -> list[dict[str, Any]]:
 def train_reference(clip: float, grouped: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
     model = make_model()
     optimizer = torch.optim.AdamW(param_groups(model, grouped), lr=LR, weight_decay=0.0)
-    losses = []
-    for batch in make_data():
-        loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_whole(model, lambda ids: model(input_ids=ids, labels=ids).loss, optimizer, make_data(), clip)
     return losses, {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
 def ds_config(case: dict[str, Any], world_size: int) -> dict[str, Any]:
-    accum = case.get("accum", 1)
     return {
-        "train_batch_size": GLOBAL_BATCH,
-        "gradient_accumulation_steps": accum,
-        "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size // accum,
-        "gradient_clipping": case.get("clip", 0.0),
-        "optimizer": {"type": "AdamW", "params": {"lr": LR}},
+        **split_batch_config(case, world_size),
         "bf16": {"enabled": case.get("bf16", False)},
         "zero_optimization": {"stage": case["stage"], "reduce_bucket_size": BUCKET,
                               "overlap_comm": case.get("overlap", False)},
@@ -129,7 +114,6 @@ def _train_odd(rank: int, world_size: int, stage: int) -> dict[str, torch.Tensor
 
 
 def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
-    import torch.distributed as dist
     import zero_core
 
     data = make_data()
@@ -138,20 +122,9 @@ def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
         model = make_model()
         engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(case, world_size),
                                                model_parameters=param_groups(model, case.get("groups", False)))
-        accum = engine.gradient_accumulation_steps()
-        micro = engine.train_micro_batch_size_per_gpu()
         losses, norms = [], []
-        for batch in data:
-            step_loss = torch.zeros(())
-            for k in range(accum):
-                start = (k * world_size + rank) * micro
-                ids = batch[start : start + micro]
-                loss = engine(input_ids=ids, labels=ids).loss
-                engine.backward(loss)
-                engine.step()
-                step_loss += loss.detach().float() / accum
-            dist.all_reduce(step_loss)
-            losses.append(step_loss.item() / world_size)
+        for loss in train_split(engine, lambda ids: engine(input_ids=ids, labels=ids).loss, data, rank, world_size):
+            losses.append(loss)
             norms.append(engine.get_global_grad_norm())
         params = {n: p.detach().float().clone() for n, p in engine.module.named_parameters()}
         results[name] = {"losses": losses, "params": params, "norms": norms}

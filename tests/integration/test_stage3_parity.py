@@ -20,25 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-STEPS = 10
-GLOBAL_BATCH = 8
+from engine_helpers import LoRALinear
+from parity_helpers import CLIP, GLOBAL_BATCH, LR, STEPS, split_batch_config, train_split, train_whole
+
 SEQ = 8
 VOCAB = 64
 HIDDEN = 32
-LR = 1e-3
-CLIP = 0.05
-
-
-class LoRALinear(torch.nn.Module):
-    def __init__(self, features_in: int, features_out: int, rank: int = 4) -> None:
-        super().__init__()
-        self.base = torch.nn.Linear(features_in, features_out)
-        self.base.requires_grad_(False)
-        self.lora_a = torch.nn.Linear(features_in, rank, bias=False)
-        self.lora_b = torch.nn.Linear(rank, features_out, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + self.lora_b(self.lora_a(x))
 
 
 class Borrower(torch.nn.Module):
@@ -105,13 +92,8 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def ds_config(case: dict[str, Any], world_size: int) -> dict[str, Any]:
-    accum = case.get("accum", 1)
     return {
-        "train_batch_size": GLOBAL_BATCH,
-        "gradient_accumulation_steps": accum,
-        "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size // accum,
-        "gradient_clipping": case.get("clip", 0.0),
-        "optimizer": {"type": "AdamW", "params": {"lr": LR}},
+        **split_batch_config(case, world_size),
         "fp16": {"enabled": case.get("fp16", False), "loss_scale": 0, "initial_scale_power": 20, "hysteresis": 1},
         "zero_optimization": {
             "stage": case.get("stage", 3),
@@ -129,23 +111,13 @@ def train_reference(clip: float, skip: int = 0) -> tuple[list[float], dict[str, 
     """Plain torch; the first `skip` steps only measure the loss (fp16's skipped overflow steps)."""
     model = make_model()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, weight_decay=0.0)
-    losses = []
-    for step, batch in enumerate(make_data()):
-        loss = model(batch)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        if step >= skip:
-            optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_whole(model, model, optimizer, make_data(), clip, skip)
     return losses, {name: value.clone() for name, value in model.state_dict().items()}
 
 
 def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
     import warnings
 
-    import torch.distributed as dist
     import zero_core
 
     data = make_data()
@@ -153,21 +125,9 @@ def _train_all_cases(rank: int, world_size: int) -> dict[str, Any]:
     for name, case in CASES.items():
         engine, _, _, _ = zero_core.initialize(model=make_model(case.get("checkpointing", False)),
                                                config=ds_config(case, world_size))
-        accum = engine.gradient_accumulation_steps()
-        micro = engine.train_micro_batch_size_per_gpu()
-        losses = []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for batch in data:
-                step_loss = torch.zeros(())
-                for k in range(accum):
-                    start = (k * world_size + rank) * micro
-                    loss = engine(batch[start : start + micro])
-                    engine.backward(loss)
-                    engine.step()
-                    step_loss += loss.detach().float() / accum
-                dist.all_reduce(step_loss)
-                losses.append(step_loss.item() / world_size)
+            losses = list(train_split(engine, engine, data, rank, world_size))
         state = engine.module_state_dict() if case.get("stage", 3) == 3 else {
             k: v.detach().clone() for k, v in engine.module.state_dict().items()}
         results[name] = {

@@ -20,38 +20,17 @@ all-reduce of the gradient norm from stage 1 on (docs/engine.md, "Communication"
 from __future__ import annotations
 
 import gc
-import time
 from typing import Any
 
 import pytest
 import torch
 
+from engine_helpers import MEMORY_MODEL_INPUTS, count_params, memory_model, wait_until_freed
+
 BUCKET = 5000  # elements
 STEP_COUNTER = 4  # bytes: torch Adam's per-parameter `step` tensor (fp32 scalar)
 
 
-class LoRALinear(torch.nn.Module):
-    def __init__(self, features: int, rank: int) -> None:
-        super().__init__()
-        self.base = torch.nn.Linear(features, features)
-        self.base.requires_grad_(False)
-        self.lora_a = torch.nn.Linear(features, rank, bias=False)
-        self.lora_b = torch.nn.Linear(rank, features, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + self.lora_b(self.lora_a(x))
-
-
-def make_model(kind: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    if kind == "dense":
-        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                   torch.nn.Linear(64, 16))
-    return torch.nn.Sequential(LoRALinear(64, 4), torch.nn.ReLU(), LoRALinear(64, 4), torch.nn.ReLU(),
-                               LoRALinear(64, 4))
-
-
-IN_FEATURES = {"dense": 32, "lora": 64}
 RUNS = [(kind, stage, overlap) for kind in ("dense", "lora") for stage in (0, 1, 2)
         for overlap in ((False, True) if stage == 2 else (False,))]
 
@@ -74,29 +53,15 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {op: after[op] - before.get(op, 0) for op in after if after[op] != before.get(op, 0)}
 
 
-def _settle(engine, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait until the gradients the step freed are really gone.
-
-    gloo's worker thread drops its reference to a communicated tensor a moment after the
-    collective has completed, so its storage dies shortly after the engine lets go of it. With
-    a model this small the next backward could allocate before that and the peaks would
-    count both; real models spend far longer in forward.
-    """
-    deadline = time.monotonic() + timeout
-    while any(engine.ledger.current(c) for c in ("grad.full", "grad.partition", "grad.bucket")):
-        assert time.monotonic() < deadline, "gradient buffers still alive long after the step freed them"
-        time.sleep(0.001)
-
-
 def _measure(rank: int, world_size: int) -> dict[Any, Any]:
     import zero_core
     from zero_core import StorageTracker
 
     results: dict[Any, Any] = {}
     for kind, stage, overlap in RUNS:
-        x = torch.randn(4, IN_FEATURES[kind]).bfloat16()
+        x = torch.randn(4, MEMORY_MODEL_INPUTS[kind]).bfloat16()
         with StorageTracker() as tracker:
-            model = make_model(kind)
+            model = memory_model(kind)
             frozen = [p for p in model.parameters() if not p.requires_grad]
             engine, _, _, _ = zero_core.initialize(model=model, config=config(stage, overlap, 1, world_size))
             sent = []
@@ -106,7 +71,7 @@ def _measure(rank: int, world_size: int) -> dict[Any, Any]:
                 engine.backward(loss)
                 engine.step()
                 sent.append(_delta(_sent(engine), before))
-                _settle(engine)
+                wait_until_freed(engine, ("grad.full", "grad.partition", "grad.bucket"))
             del loss
             gc.collect()
             report = engine.memory_report()
@@ -121,7 +86,7 @@ def _measure(rank: int, world_size: int) -> dict[Any, Any]:
         engine.destroy()
     for stage in (0, 1, 2):  # accumulation: what is sent on the first micro-batch and at the boundary
         x = torch.randn(4, 32).bfloat16()
-        engine, _, _, _ = zero_core.initialize(model=make_model("dense"), config=config(stage, False, 2, world_size))
+        engine, _, _, _ = zero_core.initialize(model=memory_model("dense"), config=config(stage, False, 2, world_size))
         sent = []
         for _ in range(2):
             before = _sent(engine)
@@ -140,13 +105,6 @@ def measured(request) -> tuple[int, list[dict[Any, Any]]]:  # type: ignore[no-un
     return request.param, run_ranks(_measure, request.param, timeout=300)
 
 
-def _counts(kind: str) -> tuple[int, int]:
-    model = make_model(kind)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
-    return trainable, frozen
-
-
 def _ring(world_size: int, nbytes: int, factor: int = 1) -> int:
     return factor * (world_size - 1) * nbytes // world_size
 
@@ -154,7 +112,7 @@ def _ring(world_size: int, nbytes: int, factor: int = 1) -> int:
 @pytest.mark.parametrize("kind,stage,overlap", RUNS)
 def test_ledger_matches_the_contract(measured, kind: str, stage: int, overlap: bool) -> None:  # type: ignore[no-untyped-def]
     n, per_rank = measured
-    p, f = _counts(kind)
+    p, f = count_params(memory_model(kind))
     assert p % n == 0, "sizes chosen so that no padding is needed"
     owned = p if stage == 0 else p // n
     for rank_result in per_rank:
@@ -176,7 +134,7 @@ def test_ledger_matches_the_contract(measured, kind: str, stage: int, overlap: b
         if stage == 2:
             assert peak["grad.partition"] == 2 * owned and "grad.full" not in peak
             # one bucket filling, one in flight with overlap_comm, and one whose collective gloo has
-            # completed but not yet let go of (see _settle)
+            # completed but not yet let go of (see wait_until_freed)
             bound = (3 if overlap else 2) * 2 * BUCKET
             assert 0 < peak["grad.bucket"] <= bound
         else:
@@ -188,7 +146,7 @@ def test_ledger_matches_the_contract(measured, kind: str, stage: int, overlap: b
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_bytes_sent_per_step(measured, stage: int) -> None:  # type: ignore[no-untyped-def]
     n, per_rank = measured
-    p, _ = _counts("dense")
+    p, _ = count_params(memory_model("dense"))
     for result in per_rank:
         for sent in result["dense", stage, False]["sent"]:
             if stage == 0:
@@ -203,7 +161,7 @@ def test_bytes_sent_per_step(measured, stage: int) -> None:  # type: ignore[no-u
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_no_reduction_before_the_boundary(measured, stage: int) -> None:  # type: ignore[no-untyped-def]
     n, per_rank = measured
-    p, _ = _counts("dense")
+    p, _ = count_params(memory_model("dense"))
     for result in per_rank:
         first, boundary = result["accumulation", stage]
         if stage < 2:

@@ -14,27 +14,16 @@ complete: every byte alive after a step is a byte the ledger counts.
 from __future__ import annotations
 
 import gc
-import time
 import warnings
 from typing import Any
 
 import pytest
 import torch
 
+from engine_helpers import MEMORY_MODEL_INPUTS, count_params, memory_model, wait_until_freed
+
 UNIT = 64 * 64 + 64  # one Linear(64, 64)
 STEP_COUNTER = 4
-
-
-class LoRALinear(torch.nn.Module):
-    def __init__(self, features: int, rank: int) -> None:
-        super().__init__()
-        self.base = torch.nn.Linear(features, features)
-        self.base.requires_grad_(False)
-        self.lora_a = torch.nn.Linear(features, rank, bias=False)
-        self.lora_b = torch.nn.Linear(rank, features, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + self.lora_b(self.lora_a(x))
 
 
 class Reused(torch.nn.Module):
@@ -51,19 +40,15 @@ class Reused(torch.nn.Module):
 
 
 def make_model(kind: str) -> torch.nn.Module:
+    if kind in MEMORY_MODEL_INPUTS:
+        return memory_model(kind)
     torch.manual_seed(0)
-    if kind == "dense":
-        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                   torch.nn.Linear(64, 16))
-    if kind == "lora":
-        return torch.nn.Sequential(LoRALinear(64, 4), torch.nn.ReLU(), LoRALinear(64, 4), torch.nn.ReLU(),
-                                   LoRALinear(64, 4))
     if kind == "deep":
         return torch.nn.Sequential(*(torch.nn.Linear(64, 64) for _ in range(6)))
     return Reused()
 
 
-IN_FEATURES = {"dense": 32, "lora": 64, "deep": 64, "reused": 64}
+IN_FEATURES = {**MEMORY_MODEL_INPUTS, "deep": 64, "reused": 64}
 
 
 def config(**zero: Any) -> dict[str, Any]:
@@ -75,12 +60,9 @@ def config(**zero: Any) -> dict[str, Any]:
     }
 
 
-def _settle(engine, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait until gloo's worker thread has let go of the buffers the engine freed (see test_engine_memory.py)."""
-    deadline = time.monotonic() + timeout
-    while any(engine.ledger.current(c) for c in ("grad.partition", "grad.bucket", "param.gathered")):
-        assert time.monotonic() < deadline, "engine buffers still alive long after the engine freed them"
-        time.sleep(0.001)
+def _settle(engine) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the buffers stage 3 frees after a step and after each gather are really gone."""
+    wait_until_freed(engine, ("grad.partition", "grad.bucket", "param.gathered"))
 
 
 def _current(engine) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -188,16 +170,10 @@ def measured(request) -> tuple[int, list[dict[Any, Any]]]:  # type: ignore[no-un
     return request.param, run_ranks(_measure, request.param, timeout=300)
 
 
-def _counts(kind: str) -> tuple[int, int]:
-    model = make_model(kind)
-    return (sum(p.numel() for p in model.parameters() if p.requires_grad),
-            sum(p.numel() for p in model.parameters() if not p.requires_grad))
-
-
 @pytest.mark.parametrize("kind", ["dense", "lora"])
 def test_ledger_matches_the_stage3_contract(measured, kind: str) -> None:  # type: ignore[no-untyped-def]
     n, per_rank = measured
-    p, f = _counts(kind)
+    p, f = count_params(make_model(kind))
     for result in per_rank[:]:
         r = result[kind]
         assert r["after_init"] == {"param.partition": 2 * (p + f) // n, "optim.master": 4 * p // n,
@@ -216,7 +192,7 @@ def test_ledger_matches_the_stage3_contract(measured, kind: str) -> None:  # typ
 def test_bytes_sent_per_step_are_3_times_the_16bit_model(measured, kind: str) -> None:  # type: ignore[no-untyped-def]
     """DESIGN.md: 3P per step at stage 3 (ZeRO paper): gather for forward, again for backward, reduce-scatter."""
     n, per_rank = measured
-    p, f = _counts(kind)
+    p, f = count_params(make_model(kind))
     ring = (n - 1) * 2 * (p + f) // n  # (N-1)/N of the 16-bit model, as the ring sends it
     for result in per_rank:
         sent = result[kind]["sent"]

@@ -13,7 +13,7 @@ from ..memory.ledger import MemoryLedger
 from ._build_optimizer import OptimizerFactory, build_optimizer
 from ._collectives import Collectives
 from ._data import build_dataloader
-from ._engine import ZeroEngine
+from ._engine import EngineParts, ZeroEngine
 from ._groups import Placement, build_group, reduce_buckets
 from ._loss_scaler import build_loss_scaler
 from ._optimizer import ZeroOptimizer
@@ -71,7 +71,7 @@ def build_engine(
     if training_data is not None:
         loader = build_dataloader(training_data, int(config.train_micro_batch_size_per_gpu), comm.rank,
                                   comm.world_size, collate_fn)
-    return ZeroEngine(model, config, zero_optimizer, scheduler, reducer, ledger, device, dtype, loader)
+    return ZeroEngine(EngineParts(model, config, zero_optimizer, scheduler, reducer, ledger, device, dtype, loader))
 
 
 def _check_supported(config: ZeroConfig) -> None:

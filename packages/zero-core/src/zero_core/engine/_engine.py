@@ -1,6 +1,7 @@
 """ZeroEngine: DeepSpeed's training loop (`engine(batch)`, `engine.backward(loss)`, `engine.step()`)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,38 +17,42 @@ if TYPE_CHECKING:
     from ..config import ZeroConfig
 
 
+@dataclass(frozen=True)
+class EngineParts:
+    """What a builder assembles for an engine; one bundle, so that every engine class takes the same."""
+
+    module: torch.nn.Module
+    config: ZeroConfig
+    optimizer: ZeroOptimizer
+    lr_scheduler: Any
+    reducer: GradReducer
+    ledger: MemoryLedger
+    device: torch.device
+    dtype: torch.dtype
+    training_dataloader: torch.utils.data.DataLoader | None = None
+
+
 class ZeroEngine(torch.nn.Module):
     """Wraps the model. Call `step()` after every `backward()`: it steps the optimizer only at
     the gradient-accumulation boundary, as DeepSpeed's does. Attributes the engine lacks are
     looked up on the model, so `engine.generate(...)` or `engine.config` reach a Hugging Face model.
     """
 
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        config: ZeroConfig,
-        optimizer: ZeroOptimizer,
-        lr_scheduler: Any,
-        reducer: GradReducer,
-        ledger: MemoryLedger,
-        device: torch.device,
-        dtype: torch.dtype,
-        training_dataloader: torch.utils.data.DataLoader | None = None,
-    ) -> None:
+    def __init__(self, parts: EngineParts) -> None:
         super().__init__()
-        self.module = module
-        self.zero_config = config
-        self.optimizer = optimizer
-        self.lr_scheduler = lr_scheduler
-        self.training_dataloader = training_dataloader
-        self.ledger = ledger
-        self.device = device
-        self.compute_dtype = dtype
+        self.module = parts.module
+        self.zero_config = parts.config
+        self.optimizer = parts.optimizer
+        self.lr_scheduler = parts.lr_scheduler
+        self.training_dataloader = parts.training_dataloader
+        self.ledger = parts.ledger
+        self.device = parts.device
+        self.compute_dtype = parts.dtype
         self.micro_steps = 0
         self.global_steps = 0
         self.global_samples = 0
         self.skipped_steps = 0
-        self._reducer = reducer
+        self._reducer = parts.reducer
 
     # --- the training loop ---
     def forward(self, *args: Any, **kwargs: Any) -> Any:

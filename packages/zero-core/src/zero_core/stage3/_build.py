@@ -21,6 +21,7 @@ from ..engine._build import _scheduler
 from ..engine._build_optimizer import OptimizerFactory, build_optimizer
 from ..engine._collectives import Collectives
 from ..engine._data import build_dataloader
+from ..engine._engine import EngineParts
 from ..engine._flat_params import FlatParams
 from ..engine._grads import GradBuckets
 from ..engine._groups import ShardedGroup, reduce_buckets
@@ -84,8 +85,9 @@ def build_stage3_engine(
     if training_data is not None:
         loader = build_dataloader(training_data, int(config.train_micro_batch_size_per_gpu), comm.rank,
                                   comm.world_size, collate_fn)
-    return Stage3Engine(model, config, zero_optimizer, _scheduler(config, lr_scheduler, inner), reducer, ledger,
-                        device, dtype, loader, coordinator=coordinator, hooks=hooks, comm=comm)
+    parts = EngineParts(model, config, zero_optimizer, _scheduler(config, lr_scheduler, inner), reducer, ledger,
+                        device, dtype, loader)
+    return Stage3Engine(parts, coordinator=coordinator, hooks=hooks, comm=comm)
 
 
 def _build_units(

@@ -1,43 +1,23 @@
 """Stage3Engine: the stage 0-2 training loop, with every forward and backward run as a gather pass."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..engine._collectives import Collectives
-from ..engine._engine import ZeroEngine
+from ..engine._engine import EngineParts, ZeroEngine
 from ._coordinator import GatherCoordinator
 from ._hooks import ModuleHooks
 from ._state_dict import consolidated_state_dict
-
-if TYPE_CHECKING:
-    from ..config import ZeroConfig
-    from ..engine._optimizer import ZeroOptimizer
-    from ..engine._reducer import GradReducer
-    from ..memory.ledger import MemoryLedger
 
 
 class Stage3Engine(ZeroEngine):
     """A ZeroEngine whose parameters are partitioned; `module_state_dict()` gathers them on rank 0."""
 
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        config: ZeroConfig,
-        optimizer: ZeroOptimizer,
-        lr_scheduler: Any,
-        reducer: GradReducer,
-        ledger: MemoryLedger,
-        device: torch.device,
-        dtype: torch.dtype,
-        training_dataloader: torch.utils.data.DataLoader | None = None,
-        *,
-        coordinator: GatherCoordinator,
-        hooks: ModuleHooks,
-        comm: Collectives,
-    ) -> None:
-        super().__init__(module, config, optimizer, lr_scheduler, reducer, ledger, device, dtype, training_dataloader)
+    def __init__(self, parts: EngineParts, *, coordinator: GatherCoordinator, hooks: ModuleHooks,
+                 comm: Collectives) -> None:
+        super().__init__(parts)
         self.coordinator = coordinator
         self._hooks = hooks
         self._comm = comm

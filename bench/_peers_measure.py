@@ -1,0 +1,158 @@
+"""What the *_vs_peers benches share on a rank: model, tokens, measurement, zero/DeepSpeed/torch steps, ledger."""
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import zero_core
+from zero_core import StorageTracker, get_accelerator
+
+MiB = 1024 * 1024
+Step = Callable[[torch.Tensor], torch.Tensor]
+Runner = Callable[[argparse.Namespace, list[torch.Tensor]], dict[str, Any]]
+PerRank = list[dict[str, dict[str, Any]]]  # per rank: framework -> its results
+ConfigFor = Callable[[argparse.Namespace, int], dict[str, Any]]  # (args, world size) -> ds_config
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=12, help="steps per framework (the first 2 are not timed)")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--micro-batch", type=int, default=2)
+
+
+def make_model(args: argparse.Namespace) -> torch.nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
+                           num_attention_heads=8, intermediate_size=4 * args.hidden,
+                           max_position_embeddings=args.seq, attn_implementation="eager")
+    torch.manual_seed(0)
+    return GPTNeoXForCausalLM(config)
+
+
+def count_params(args: argparse.Namespace) -> int:
+    return sum(p.numel() for p in make_model(args).parameters())
+
+
+def batches(args: argparse.Namespace, rank: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1000 + rank)
+    return [torch.randint(0, args.vocab, (args.micro_batch, args.seq), generator=generator) for _ in range(args.steps)]
+
+
+def measure(build: Callable[[], Step], data: list[torch.Tensor],
+            after_tracked: Callable[[], dict[str, Any]] = dict) -> dict[str, Any]:
+    """Build and take two steps inside a StorageTracker, then time the rest untracked."""
+    accelerator = get_accelerator()
+    gc.collect()
+    accelerator.reset_peak_memory_stats()
+    rss_start = accelerator.memory_reserved()
+    losses = []
+    with StorageTracker() as tracker:
+        step = build()
+        for batch in data[:2]:
+            losses.append(step(batch))
+    result: dict[str, Any] = {"peak_tensor_bytes": tracker.peak_bytes("cpu"), **after_tracked()}
+    times = []
+    for batch in data[2:]:
+        start = time.perf_counter()
+        losses.append(step(batch))
+        times.append(time.perf_counter() - start)
+    result.update(
+        losses=[_global_mean(loss) for loss in losses],
+        step_seconds=sum(times) / len(times),
+        peak_rss_bytes=accelerator.max_memory_reserved(),
+        rss_rise_bytes=accelerator.max_memory_reserved() - rss_start,
+    )
+    return result
+
+
+def _global_mean(loss: torch.Tensor) -> float:
+    value = loss.detach().float().clone()
+    dist.all_reduce(value)
+    return value.item() / dist.get_world_size()
+
+
+def _engine_step(engine: Any, batch: torch.Tensor) -> torch.Tensor:
+    loss = engine(input_ids=batch, labels=batch).loss
+    engine.backward(loss)
+    engine.step()
+    return loss
+
+
+def _run_zero(args: argparse.Namespace, config: dict[str, Any], data: list[torch.Tensor]) -> dict[str, Any]:
+    """zero with `config`, and its ledger's peaks (total and by category) over the tracked part."""
+    holder: dict[str, Any] = {}
+
+    def build() -> Step:
+        model = make_model(args)
+        if config["bf16"]["enabled"]:
+            # DeepSpeed casts the model to bf16 before it takes its fp32 master; start from the same weights
+            model = model.to(torch.bfloat16)
+        engine, _, _, _ = zero_core.initialize(model=model, config=config)
+        engine.track_memory(True)
+        holder["engine"] = engine
+        return lambda batch: _engine_step(engine, batch)
+
+    def ledger() -> dict[str, Any]:
+        engine = holder["engine"]
+        engine.track_memory(False)
+        report = engine.memory_report()["cpu"]
+        return {"ledger_peak_bytes": report["total"]["peak"],
+                "ledger": {category: figures["peak"] for category, figures in report.items()}}
+
+    result = measure(build, data, ledger)
+    holder["engine"].destroy()
+    return result
+
+
+def _run_deepspeed(args: argparse.Namespace, config: dict[str, Any], data: list[torch.Tensor]) -> dict[str, Any]:
+    import deepspeed
+
+    def build() -> Step:
+        model = make_model(args)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        return lambda batch: _engine_step(engine, batch)
+
+    return measure(build, data)
+
+
+def zero_and_deepspeed(ds_config: ConfigFor) -> dict[str, Runner]:
+    """The runners of zero and DeepSpeed, both with the same ds_config."""
+    return {
+        "zero": lambda args, data: _run_zero(args, ds_config(args, dist.get_world_size()), data),
+        "deepspeed": lambda args, data: _run_deepspeed(args, ds_config(args, dist.get_world_size()), data),
+    }
+
+
+def torch_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, autocast: bool) -> Step:
+    """A plain-torch training step (bf16 autocast if asked), clipping at 1.0 as the ds_configs do."""
+
+    def step(batch: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+def print_ledger(per_rank: PerRank) -> bool:
+    """Print whether zero's ledger peak equals the tracker's on every rank (returned), and rank 0's peaks by category."""
+    exact = all(r["zero"]["ledger_peak_bytes"] == r["zero"]["peak_tensor_bytes"] for r in per_rank)
+    print(f"zero's ledger peak {'equals' if exact else 'DIFFERS FROM'} the storage tracker's on every rank")
+    print("\nzero ledger peaks by category (rank 0):")
+    for category, peak in per_rank[0]["zero"]["ledger"].items():
+        print(f"  {category:<20}{peak / MiB:>10.2f} MiB")
+    return exact
