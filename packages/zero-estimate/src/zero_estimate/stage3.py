@@ -37,19 +37,18 @@ def estimate_zero3_model_states_mem_needs(
     largest_layer_memory = 4 * largest_layer_params
     # The operations and their order are DeepSpeed's, so float inputs round the same way.
     if cpu_offload:
+        # Bytes per param on the hosts: fp32 master, grads, m and v (16), plus the 16-bit params (2)
+        # when those are offloaded too; otherwise the 16-bit partition stays on the GPU.
         if cpu_offload_params:
             gpu_mem = largest_layer_memory
-            # 18 bytes per param on the hosts: 16-bit params (2) plus fp32 master, grads, m and v (16).
-            if zero_init:
-                cpu_mem = total_params * 18 * gpus_factor * additional_buffer_factor
-            else:
-                cpu_mem = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
+            host_bytes = 18
         else:
             gpu_mem = largest_layer_memory + int(2 * total_params / total_gpus)
-            if zero_init:
-                cpu_mem = total_params * 16 * gpus_factor * additional_buffer_factor
-            else:
-                cpu_mem = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
+            host_bytes = 16
+        if zero_init:
+            cpu_mem = total_params * host_bytes * gpus_factor * additional_buffer_factor
+        else:
+            cpu_mem = total_params * max(4 * num_gpus_per_node, host_bytes * gpus_factor) * additional_buffer_factor
     else:
         gpu_mem = largest_layer_memory + int(18 * total_params / total_gpus)
         # Model load in fp32 on each GPU's process: one layer at a time under zero.Init, all of it otherwise.
