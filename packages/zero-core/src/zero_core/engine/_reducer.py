@@ -12,13 +12,15 @@
 Buckets are launched strictly in one order on every rank (a bucket waits for those before
 it), so collectives match across ranks even when ranks see different unused parameters.
 With `overlap_comm` the collectives are asynchronous and run while backward continues;
-stage 2 keeps at most one in flight, which bounds its buffers.
+stage 2 keeps at most one in flight, which bounds its buffers. Stage 3 passes its one
+bucket per unit packed into fewer collectives (_packed_bucket.py).
 """
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from zero_plugins import ZeroError
@@ -26,7 +28,10 @@ from zero_plugins import ZeroError
 from ..memory.ledger import MemoryLedger
 from ._collectives import Collectives, Work
 from ._grads import GradBuckets
-from ._layout import FlatLayout
+from ._layout import FlatLayout, Slot
+
+if TYPE_CHECKING:
+    from ._packed_bucket import PackedBucket
 
 
 @dataclass(eq=False)
@@ -38,10 +43,40 @@ class ReduceBucket:
     arrived: set[int] = field(default_factory=set)
     launched: bool = False
 
+    @property
+    def slots(self) -> list[Slot]:
+        return self.layout.slots
+
+    def new_buffer(self) -> torch.Tensor:
+        """Stage 2: a zeroed full-size gradient buffer (padding and unused parameters stay zero)."""
+        return torch.zeros(self.layout.padded_numel, dtype=self.grads.dtype, device=self.grads.device)
+
+    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, accumulate: bool) -> None:
+        """Put slot `index`'s flattened gradient in its place in `buffer` (or add it there)."""
+        slot = self.layout.slots[index]
+        target = buffer[slot.offset : slot.offset + slot.numel]
+        if accumulate:
+            target.add_(grad)
+        else:
+            target.copy_(grad)
+
+    def shard_range(self, rank: int) -> tuple[int, int]:
+        return self.layout.shard_range(rank)
+
+    def complete(self, buffer: torch.Tensor, rank: int) -> None:
+        """Add this rank's reduced shard of `buffer` to its gradient partition."""
+        lo, hi = self.layout.shard_range(rank)
+        self.grads.get(self.index).add_(buffer[lo:hi])
+
 
 class GradReducer:
     def __init__(
-        self, buckets: Sequence[ReduceBucket], comm: Collectives, stage: int, overlap: bool, ledger: MemoryLedger
+        self,
+        buckets: Sequence[ReduceBucket | PackedBucket],
+        comm: Collectives,
+        stage: int,
+        overlap: bool,
+        ledger: MemoryLedger,
     ) -> None:
         self._buckets = list(buckets)  # in launch order
         self._comm = comm
@@ -49,13 +84,13 @@ class GradReducer:
         self._overlap = overlap
         self._ledger = ledger
         self._next = 0
-        self._inflight: list[tuple[ReduceBucket, Work]] = []
+        self._inflight: list[tuple[ReduceBucket | PackedBucket, Work]] = []
         self._active = False
         self._reducing = False
         self._handles = [
             slot.param.register_post_accumulate_grad_hook(functools.partial(self._on_grad, bucket, index))
             for bucket in self._buckets
-            for index, slot in enumerate(bucket.layout.slots)
+            for index, slot in enumerate(bucket.slots)
         ]
 
     def begin(self, reduce: bool) -> None:
@@ -90,7 +125,7 @@ class GradReducer:
             handle.remove()
         self._handles.clear()
 
-    def _on_grad(self, bucket: ReduceBucket, index: int, param: torch.nn.Parameter) -> None:
+    def _on_grad(self, bucket: ReduceBucket | PackedBucket, index: int, param: torch.nn.Parameter) -> None:
         if not self._active:
             raise ZeroError("a gradient was computed outside engine.backward(); call engine.backward(loss), "
                             "not loss.backward(), so the engine can reduce gradients")
@@ -105,34 +140,29 @@ class GradReducer:
                 "use non-reentrant checkpointing (use_reentrant=False)"
             )
         if self._stage == 2:
-            slot = bucket.layout.slots[index]
-            target = self._buffer(bucket)[slot.offset : slot.offset + slot.numel]
-            grad = param.grad.reshape(-1)
-            if index in bucket.arrived:  # a second use of the parameter, within one backward
-                target.add_(grad)
-            else:
-                target.copy_(grad)
+            # a second arrival is a second use of the parameter within one backward: it adds
+            bucket.write(self._buffer(bucket), index, param.grad.reshape(-1), index in bucket.arrived)
             param.grad = None
         bucket.arrived.add(index)
-        if len(bucket.arrived) == len(bucket.layout.slots):
+        if len(bucket.arrived) == len(bucket.slots):
             self._launch_ready()
 
     def _launch_ready(self) -> None:
         while self._next < len(self._buckets):
             bucket = self._buckets[self._next]
-            if len(bucket.arrived) < len(bucket.layout.slots):
+            if len(bucket.arrived) < len(bucket.slots):
                 return
             self._launch(bucket)
             self._next += 1
 
-    def _launch(self, bucket: ReduceBucket) -> None:
+    def _launch(self, bucket: ReduceBucket | PackedBucket) -> None:
         comm, world = self._comm, self._comm.world_size
         bucket.launched = True
         if self._stage == 2:
             self._drain(0)  # one bucket in flight at a time bounds the buffers
             buffer = self._buffer(bucket)
             buffer.div_(world)  # average before summing: fp16 sums of N gradients could overflow
-            lo, hi = bucket.layout.shard_range(comm.rank)
+            lo, hi = bucket.shard_range(comm.rank)
             work = comm.reduce_scatter(buffer[lo:hi], buffer, async_op=self._overlap)
         else:
             full = bucket.grads.get(bucket.index)
@@ -152,17 +182,14 @@ class GradReducer:
             work.wait()
             self._complete(bucket)
 
-    def _complete(self, bucket: ReduceBucket) -> None:
+    def _complete(self, bucket: ReduceBucket | PackedBucket) -> None:
         if self._stage != 2:
             return
         assert bucket.buffer is not None
-        lo, hi = bucket.layout.shard_range(self._comm.rank)
-        bucket.grads.get(bucket.index).add_(bucket.buffer[lo:hi])
+        bucket.complete(bucket.buffer, self._comm.rank)
         bucket.buffer = None  # frees it: nothing else refers to the buffer
 
-    def _buffer(self, bucket: ReduceBucket) -> torch.Tensor:
+    def _buffer(self, bucket: ReduceBucket | PackedBucket) -> torch.Tensor:
         if bucket.buffer is None:
-            numel, like = bucket.layout.padded_numel, bucket.grads
-            bucket.buffer = self._ledger.new("grad.bucket", lambda: torch.zeros(numel, dtype=like.dtype,
-                                                                               device=like.device))
+            bucket.buffer = self._ledger.new("grad.bucket", bucket.new_buffer)
         return bucket.buffer

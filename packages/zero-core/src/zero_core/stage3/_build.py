@@ -28,6 +28,7 @@ from ..engine._groups import ShardedGroup, reduce_buckets
 from ..engine._layout import FlatLayout, split_into_buckets
 from ..engine._loss_scaler import build_loss_scaler
 from ..engine._master import MasterParams
+from ..engine._packed_bucket import pack_buckets
 from ..engine._param_groups import ParamGroup
 from ..engine._reducer import GradReducer
 from ..memory.ledger import MemoryLedger
@@ -76,7 +77,9 @@ def build_stage3_engine(
     inner = build_optimizer(config.optimizer, optimizer, [{"params": g.master.tensors, **g.options} for g in groups])
     zero_optimizer = Stage3Optimizer(inner, groups, comm, build_loss_scaler(config), config.gradient_clipping, 3,
                                      fp16=dtype == torch.float16, ledger=ledger)
-    reducer = GradReducer(reduce_buckets(groups, order), comm, 2, bool(zero.overlap_comm), ledger)
+    # one bucket per unit, packed up to reduce_bucket_size elements so that a block's small units share a collective
+    buckets = pack_buckets(reduce_buckets(groups, order), zero.reduce_bucket_size, comm.world_size)
+    reducer = GradReducer(buckets, comm, 2, bool(zero.overlap_comm), ledger)
     coordinator = GatherCoordinator(HeldMemoryDetector(ledger), zero.stage3_prefetch_bucket_size,
                                     zero.stage3_max_live_parameters, zero.stage3_max_reuse_distance)
     coordinator.adopt(list({u: None for found in units.values() for u in found}))
