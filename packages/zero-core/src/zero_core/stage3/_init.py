@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+import weakref
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -67,9 +69,11 @@ class Init:
             for param in params:
                 if self._comm.world_size > 1:
                     self._comm.broadcast(param.data)
+        whole = [weakref.ref(p.data.untyped_storage()) for p in params]
         for dtype in dict.fromkeys(p.dtype for p in params):
             same = [p for p in params if p.dtype == dtype]
             ParamUnit(type(module).__name__, same, self._comm, dtype, self.ledger, self._device)
+        _await_release(whole)
 
     def __enter__(self) -> Init:
         if not self.enabled:
@@ -136,3 +140,16 @@ def _subclasses(cls: type) -> list[type]:
                 found.append(sub)
                 stack.append(sub)
     return found
+
+
+def _await_release(storages: list[weakref.ref], timeout: float = 1.0) -> None:
+    """Give gloo a moment to drop the whole parameters it broadcast.
+
+    gloo's worker thread releases a communicated tensor shortly after the call returns; until
+    it does, the module's whole parameters stay alive and would overlap the next module's,
+    breaking the bound of one whole module at a time. The wait is bounded: a caller that
+    still holds a whole parameter itself only delays the build by `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    while any(ref() is not None for ref in storages) and time.monotonic() < deadline:
+        time.sleep(0.0005)
