@@ -18,11 +18,19 @@ docs/cases/stage3-vs-stage2.md has the measured table (run this file as a script
 """
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+
+if __name__ == "__main__":  # run as a script: put tests/ on sys.path, as pytest does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine_helpers import LoRALinear
+from hf_models import gpt_neox
 
 SEQ = 256
 LORA_RANK = 8
@@ -34,24 +42,9 @@ RUNS = {
 }
 
 
-class LoRALinear(torch.nn.Module):
-    def __init__(self, base: torch.nn.Linear, rank: int) -> None:
-        super().__init__()
-        self.base = base
-        self.lora_a = torch.nn.Linear(base.in_features, rank, bias=False)
-        self.lora_b = torch.nn.Linear(rank, base.out_features, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + self.lora_b(self.lora_a(x))
-
-
 def make_model() -> torch.nn.Module:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    config = GPTNeoXConfig(vocab_size=512, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                           intermediate_size=1024, max_position_embeddings=SEQ, attn_implementation="eager")
-    torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(config)
+    model = gpt_neox(seed=0, vocab_size=512, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                     intermediate_size=1024, max_position_embeddings=SEQ)
     model.requires_grad_(False)  # the base is frozen; only the adapters train
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
@@ -75,7 +68,7 @@ def ds_config(run: dict[str, Any]) -> dict[str, Any]:
 
 def _measure(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
     import zero_core
-    from zero_core.stage3._unit import unit_of
+    from zero_core.stage3 import unit_of
 
     ids = torch.randint(0, 512, (1, SEQ), generator=torch.Generator().manual_seed(rank))
     results = {}
@@ -156,10 +149,6 @@ def _table(result: dict[str, dict[str, Any]]) -> str:
 
 
 if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from multirank import run_ranks
 
     results = run_ranks(_measure, 2, timeout=400)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 from zero_core.config import ConfigError, load_config
-from zero_core.engine._schedulers import build_scheduler
+from zero_core.sharding import build_scheduler
 
 SCHEDULES = {
     "WarmupLR": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.01, "warmup_num_steps": 5},

@@ -16,7 +16,7 @@ _EXPORTS = {
     "StorageTracker": ".memory",
     "MemoryLedger": ".memory",
     "MemoryReport": ".memory",
-    "see_memory_usage": ".memory",
+    "see_memory_usage": ".accelerator",
     "initialize": ".engine",
     "ZeroEngine": ".engine",
     "ZeroOptimizer": ".engine",
@@ -32,10 +32,10 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from .accelerator import Accelerator, get_accelerator, set_accelerator
+    from .accelerator import Accelerator, get_accelerator, see_memory_usage, set_accelerator
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
     from .engine import ZeroEngine, ZeroOptimizer, initialize
-    from .memory import MemoryLedger, MemoryReport, StorageTracker, see_memory_usage
+    from .memory import MemoryLedger, MemoryReport, StorageTracker
     from .stage3 import GatheredParameters, HeldParametersWarning, Init
 
 __all__ = ["__version__", *_EXPORTS]

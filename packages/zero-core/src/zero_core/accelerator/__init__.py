@@ -1,4 +1,5 @@
 """Accelerators: the devices the engine runs on, found through the `zero_register_accelerators` hook."""
+from ._memory_usage import pinned_stats, see_memory_usage
 from ._select import (
     ENV_VAR,
     AcceleratorUnavailable,
@@ -22,5 +23,7 @@ __all__ = [
     "get_selection",
     "reset_accelerator",
     "select_accelerator",
+    "pinned_stats",
+    "see_memory_usage",
     "set_accelerator",
 ]

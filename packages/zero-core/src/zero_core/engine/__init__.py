@@ -1,13 +1,27 @@
-"""The ZeRO engine for stages 0-2: `initialize`, the engine and its optimizer (docs/engine.md)."""
-from ._engine import ZeroEngine
+"""The ZeRO engine for every stage: `initialize`, the assembler and the engine (docs/engine.md).
+
+The building blocks the stages share are re-exported from zero_core.sharding for users of
+this module's earlier names.
+"""
+from ..sharding import (
+    DynamicLossScaler,
+    FlatLayout,
+    LossScaler,
+    ShardPiece,
+    Slot,
+    WarmupCosineLR,
+    WarmupDecayLR,
+    WarmupLR,
+    ZeroOptimizer,
+    split_into_buckets,
+)
+from ._assemble import assemble_engine
+from ._engine import EngineParts, ZeroEngine
 from ._initialize import initialize
-from ._layout import FlatLayout, ShardPiece, Slot, split_into_buckets
-from ._loss_scaler import DynamicLossScaler, LossScaler
-from ._optimizer import ZeroOptimizer
-from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR
 
 __all__ = [
     "DynamicLossScaler",
+    "EngineParts",
     "FlatLayout",
     "LossScaler",
     "ShardPiece",
@@ -17,6 +31,7 @@ __all__ = [
     "WarmupLR",
     "ZeroEngine",
     "ZeroOptimizer",
+    "assemble_engine",
     "initialize",
     "split_into_buckets",
 ]

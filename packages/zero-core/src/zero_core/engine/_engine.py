@@ -1,31 +1,38 @@
 """ZeroEngine: DeepSpeed's training loop (`engine(batch)`, `engine.backward(loss)`, `engine.step()`)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 from zero_plugins import ZeroError
 
-from ..memory.ledger import MemoryLedger
-from ..memory.report import MemoryReport
-from ..memory.see_memory import pinned_stats
-from ._optimizer import ZeroOptimizer
-from ._reducer import GradReducer
+from ..accelerator import pinned_stats
+from ..comm import Collectives
+from ..memory import MemoryLedger, MemoryReport
+from ..sharding import GradReducer, StagePolicy, TrainingPasses, ZeroOptimizer
+from ..stage3 import GatherCoordinator, GatheringPasses
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
 
+_CHECKPOINTS_PENDING = ("is not available yet: checkpoint save and load land with zero's checkpoint support "
+                        "(docs/engine.md, \"Checkpoints\"); until then, save `engine.module_state_dict()` yourself")
+
 
 @dataclass(frozen=True)
 class EngineParts:
-    """What a builder assembles for an engine; one bundle, so that every engine class takes the same."""
+    """What the assembler hands the engine: the model, the stage's parts and where they run."""
 
     module: torch.nn.Module
     config: ZeroConfig
+    policy: StagePolicy
     optimizer: ZeroOptimizer
     lr_scheduler: Any
     reducer: GradReducer
+    passes: TrainingPasses
+    comm: Collectives
     ledger: MemoryLedger
     device: torch.device
     dtype: torch.dtype
@@ -48,15 +55,26 @@ class ZeroEngine(torch.nn.Module):
         self.ledger = parts.ledger
         self.device = parts.device
         self.compute_dtype = parts.dtype
+        self.policy = parts.policy
+        self.global_rank = parts.comm.rank
+        self.world_size = parts.comm.world_size
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.micro_steps = 0
         self.global_steps = 0
         self.global_samples = 0
         self.skipped_steps = 0
+        self._step_applied = False
         self._reducer = parts.reducer
+        self._passes = parts.passes
+
+    @property
+    def coordinator(self) -> GatherCoordinator | None:
+        """Stage 3's gather coordinator (prefetch and live-parameter figures); None at stages 0-2."""
+        return self._passes.coordinator if isinstance(self._passes, GatheringPasses) else None
 
     # --- the training loop ---
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with self.ledger.phase("forward"):
+        with self.ledger.phase("forward"), self._passes.forward():
             return self.module(*args, **kwargs)
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
@@ -75,7 +93,7 @@ class ZeroEngine(torch.nn.Module):
         scale = self.optimizer.loss_scaler.scale
         if scale != 1.0:
             scaled = scaled * scale
-        with self.ledger.phase("backward"):
+        with self._passes.backward(), self.ledger.phase("backward"):
             for group in self.optimizer.groups:
                 group.grads.attach()
             self._reducer.begin(reduce=self.is_gradient_accumulation_boundary())
@@ -92,9 +110,11 @@ class ZeroEngine(torch.nn.Module):
 
         An fp16 overflow skips the optimizer step and the scheduler step (`skipped_steps` counts them).
         """
+        self._step_applied = False
         if self.is_gradient_accumulation_boundary():
             with self.ledger.phase("step"):
                 applied = self.optimizer.step()
+            self._step_applied = applied
             if applied:
                 if self.lr_scheduler is not None:
                     self.lr_scheduler.step(**(lr_kwargs or {}))
@@ -111,7 +131,11 @@ class ZeroEngine(torch.nn.Module):
     def is_gradient_accumulation_boundary(self) -> bool:
         return (self.micro_steps + 1) % self.gradient_accumulation_steps() == 0
 
-    # --- figures ---
+    # --- figures, under DeepSpeed's names ---
+    def was_step_applied(self) -> bool:
+        """True if the latest `step()` updated the parameters (False between accumulation boundaries and on overflow)."""
+        return self._step_applied
+
     def train_batch_size(self) -> int:
         return int(self.zero_config.train_batch_size)
 
@@ -121,14 +145,40 @@ class ZeroEngine(torch.nn.Module):
     def gradient_accumulation_steps(self) -> int:
         return int(self.zero_config.gradient_accumulation_steps)
 
+    def gradient_clipping(self) -> float:
+        return float(self.zero_config.gradient_clipping)
+
+    def fp16_enabled(self) -> bool:
+        return self.zero_config.compute_dtype == "fp16"
+
+    def bfloat16_enabled(self) -> bool:
+        return self.zero_config.compute_dtype == "bf16"
+
     def zero_optimization_stage(self) -> int:
-        return self.zero_config.zero_optimization.stage
+        return self.policy.stage
 
     def get_lr(self) -> list[float]:
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def get_global_grad_norm(self) -> float | None:
         return self.optimizer.get_global_grad_norm()
+
+    def module_state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's whole weights and buffers (compute dtype, on CPU) on rank 0; an empty dict on other ranks.
+
+        Every rank must call it: at stage 3 the units are gathered one at a time.
+        """
+        return self._passes.full_state_dict()
+
+    # --- checkpoints (not yet) ---
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(f"engine.save_checkpoint {_CHECKPOINTS_PENDING}")
+
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(f"engine.load_checkpoint {_CHECKPOINTS_PENDING}")
+
+    def save_16bit_model(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(f"engine.save_16bit_model {_CHECKPOINTS_PENDING}")
 
     def memory_report(self) -> MemoryReport:
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""
@@ -140,14 +190,20 @@ class ZeroEngine(torch.nn.Module):
         self.ledger.set_tracking(enabled)
 
     def destroy(self) -> None:
-        """Remove the gradient hooks from the model's parameters."""
+        """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model."""
         self._reducer.remove_hooks()
+        self._passes.remove_hooks()
 
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
         except AttributeError:
-            modules = self.__dict__.get("_modules", {})
-            if "module" in modules:
-                return getattr(modules["module"], name)
-            raise
+            module = self.__dict__.get("_modules", {}).get("module")
+            if module is None:
+                raise
+            try:
+                return getattr(module, name)
+            except AttributeError:
+                # Name both objects: the model's own error would hide that the engine was asked first.
+                raise AttributeError(f"neither the {type(self).__name__} nor its model ({type(module).__name__}) "
+                                     f"has an attribute {name!r}") from None

@@ -10,12 +10,11 @@ import torch.distributed as dist
 from zero_plugins import ZeroError
 
 from ..accelerator import get_accelerator
+from ..comm import ensure_process_group
 from ..config import load_config
-from ._build import build_engine
-from ._build_optimizer import OptimizerFactory
-from ._dist import ensure_process_group
+from ..sharding import OptimizerFactory, ZeroOptimizer
+from ._assemble import assemble_engine
 from ._engine import ZeroEngine
-from ._optimizer import ZeroOptimizer
 
 
 def initialize(
@@ -54,7 +53,7 @@ def initialize(
     source = _config_source(args, config, config_params)
     ensure_process_group(get_accelerator(), dist_init_required)
     loaded = load_config(source, world_size=dist.get_world_size())
-    engine = build_engine(model, loaded, optimizer, model_parameters, lr_scheduler, training_data, collate_fn)
+    engine = assemble_engine(model, loaded, optimizer, model_parameters, lr_scheduler, training_data, collate_fn)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 

@@ -1,11 +1,26 @@
 """ZeRO stage 3: partitioned parameters gathered per module (docs/engine.md, "Stage 3").
 
-`zero_core.initialize` builds a stage-3 engine from a config with `zero_optimization.stage: 3`;
-`Init` partitions a model while it is built, and `GatheredParameters` gathers parameters
-for inspection or in-place changes.
+`zero_core.initialize` assembles a stage-3 engine from `build_stage3_state` when the config
+says `zero_optimization.stage: 3`; `Init` partitions a model while it is built, and
+`GatheredParameters` gathers parameters for inspection or in-place changes.
 """
+from ._build import build_stage3_state
+from ._coordinator import GatherCoordinator, PassKind
 from ._gathered import GatheredParameters
 from ._held import HeldParametersWarning
 from ._init import Init
+from ._passes import GatheringPasses
+from ._unit import ParamUnit, UnitState, unit_of
 
-__all__ = ["GatheredParameters", "HeldParametersWarning", "Init"]
+__all__ = [
+    "GatherCoordinator",
+    "GatheredParameters",
+    "GatheringPasses",
+    "HeldParametersWarning",
+    "Init",
+    "ParamUnit",
+    "PassKind",
+    "UnitState",
+    "build_stage3_state",
+    "unit_of",
+]

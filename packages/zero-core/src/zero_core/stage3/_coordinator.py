@@ -18,6 +18,8 @@ issues the same collectives in the same order.
 """
 from __future__ import annotations
 
+import enum
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +27,20 @@ from zero_plugins import ZeroError
 
 from ._held import HeldMemoryDetector
 from ._unit import ParamUnit
+
+
+class PassKind(enum.Enum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+
+# Which coordinator gathers each unit: units need no pointer back (as FSDP2's FSDPParam has none to its group).
+_owners: weakref.WeakKeyDictionary[ParamUnit, GatherCoordinator] = weakref.WeakKeyDictionary()
+
+
+def owner_of(unit: ParamUnit) -> GatherCoordinator | None:
+    """The engine's coordinator that gathers `unit`; None for a zero_core.Init unit no engine owns yet."""
+    return _owners.get(unit)
 
 
 class GatherCoordinator:
@@ -41,20 +57,23 @@ class GatherCoordinator:
         self._gathered: dict[ParamUnit, None] = {}  # insertion-ordered set
         self._ahead: dict[ParamUnit, None] = {}  # prefetched, not yet acquired
         self._kept: dict[ParamUnit, None] = {}  # released but kept for reuse, oldest first
-        self._traces: dict[str, list[ParamUnit]] = {}
+        self._traces: dict[PassKind, list[ParamUnit]] = {}
         self._record: list[ParamUnit] = []
         self._trace: list[ParamUnit] = []
-        self._pass: str | None = None
+        self._pass: PassKind | None = None
         self._following = False
         self._soon: list[ParamUnit] = []  # releases put off by release_soon
 
     def adopt(self, units: list[ParamUnit]) -> None:
         for unit in units:
-            unit.coordinator = self
+            _owners[unit] = self
+
+    def owns(self, unit: ParamUnit) -> bool:
+        return _owners.get(unit) is self
 
     # --- passes ---
     @contextmanager
-    def pass_(self, kind: str) -> Iterator[None]:
+    def pass_(self, kind: PassKind) -> Iterator[None]:
         """One forward or backward: record acquisitions, follow the last record, free everything at the end."""
         outer = self._pass
         if outer is not None:  # engine(...) called from inside the model: still one pass
@@ -72,7 +91,7 @@ class GatherCoordinator:
 
     @property
     def in_backward(self) -> bool:
-        return self._pass == "backward"
+        return self._pass is PassKind.BACKWARD
 
     def free_all(self) -> None:
         self._soon.clear()

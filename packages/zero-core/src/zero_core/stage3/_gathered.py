@@ -13,6 +13,7 @@ from types import TracebackType
 import torch
 from zero_plugins import ZeroError
 
+from ._coordinator import owner_of
 from ._unit import ParamUnit, unit_of
 
 
@@ -43,8 +44,9 @@ class GatheredParameters:
         if not self._enabled:
             return
         for unit in self._units:
-            if unit.coordinator is not None:
-                unit.coordinator.acquire(unit)
+            coordinator = owner_of(unit)
+            if coordinator is not None:
+                coordinator.acquire(unit)
             elif not unit.gathered:  # a zero_core.Init unit, before any engine owns it
                 unit.start_gather()
                 self._gathered_here.append(unit)
@@ -60,8 +62,9 @@ class GatheredParameters:
                     assert unit.buffer is not None
                     unit.comm.broadcast(unit.buffer, self._modifier)
                     unit.store(unit.buffer)
-                if unit.coordinator is not None:
-                    unit.coordinator.release(unit)
+                coordinator = owner_of(unit)
+                if coordinator is not None:
+                    coordinator.release(unit)
                 elif unit in self._gathered_here:
                     unit.free()
         self._gathered_here.clear()

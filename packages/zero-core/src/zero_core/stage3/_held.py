@@ -16,7 +16,7 @@ import time
 import warnings
 import weakref
 
-from ..memory.ledger import MemoryLedger
+from ..memory import MemoryLedger
 
 HELD_CATEGORY = "param.gathered.held"
 # How long the backend may take to let go of a completed collective's output. It needs

@@ -73,7 +73,7 @@ class ModuleHooks:
     def __init__(self, root: torch.nn.Module, units: dict[torch.nn.Module, list[ParamUnit]],
                  coordinator: GatherCoordinator, memory_efficient_linear: bool) -> None:
         self._units = {module: list(found) for module, found in units.items()}
-        self._mode = Stage3Mode(self.use, memory_efficient_linear)
+        self._mode = Stage3Mode(self.use, coordinator if memory_efficient_linear else None)
         self._mode_active = False
         self._coordinator = coordinator
         self._stack: list[tuple[torch.nn.Module, _BackwardScope | None]] = []
@@ -108,7 +108,7 @@ class ModuleHooks:
         """An op is about to read `param`: make sure its unit is gathered and held by a running module."""
         unit = unit_of(param)
         if (unit is None or self._busy or not self._stack or self._held[unit] > 0
-                or unit.coordinator is not self._coordinator):
+                or not self._coordinator.owns(unit)):
             return  # no running module (e.g. an autograd function's backward): the caller gathers what it needs
         self._busy = True
         try:

@@ -24,9 +24,8 @@ import torch.distributed as dist
 
 from ..accelerator import get_accelerator
 from ..config import load_config
-from ..engine._collectives import Collectives
-from ..engine._dist import ensure_process_group
-from ..memory.ledger import MemoryLedger
+from ..comm import Collectives, ensure_process_group
+from ..memory import MemoryLedger
 from ._unit import ParamUnit, unit_of
 
 _state = threading.local()

@@ -14,24 +14,25 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ._coordinator import GatherCoordinator
 from ._unit import ParamUnit
 
 
 class GatheredLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, input: torch.Tensor, weight: torch.nn.Parameter, bias: torch.Tensor | None,
-                unit: ParamUnit) -> torch.Tensor:
+                unit: ParamUnit, coordinator: GatherCoordinator) -> torch.Tensor:
         # The input is needed only for the weight's gradient (a frozen base weight needs none).
         ctx.save_for_backward(input if ctx.needs_input_grad[1] else None, weight, bias)
         ctx.unit = unit
+        ctx.coordinator = coordinator
         return F.linear(input, weight, bias)
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         input, weight, bias = ctx.saved_tensors
         grad_input = grad_weight = grad_bias = None
-        assert ctx.unit.coordinator is not None
-        with ctx.unit.coordinator.available(ctx.unit):
+        with ctx.coordinator.available(ctx.unit):
             if ctx.needs_input_grad[0]:
                 grad_input = grad_output.matmul(weight)
             if ctx.needs_input_grad[1]:
@@ -39,4 +40,4 @@ class GatheredLinear(torch.autograd.Function):
                     input.reshape(-1, input.shape[-1]))
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad_output.reshape(-1, grad_output.shape[-1]).sum(0)
-        return grad_input, grad_weight, grad_bias, None
+        return grad_input, grad_weight, grad_bias, None, None

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from ._coordinator import GatherCoordinator
 from ._linear import GatheredLinear
 from ._unit import unit_of
 
@@ -25,10 +26,11 @@ _LINEAR = (F.linear, torch._C._nn.linear)
 
 
 class Stage3Mode(TorchFunctionMode):
-    def __init__(self, use: Callable[[torch.Tensor], None], memory_efficient_linear: bool) -> None:
+    def __init__(self, use: Callable[[torch.Tensor], None], efficient_linear: GatherCoordinator | None) -> None:
+        """`efficient_linear`: the coordinator that re-gathers weights in backward, or None to keep F.linear."""
         super().__init__()
         self._use = use
-        self._efficient = memory_efficient_linear
+        self._coordinator = efficient_linear
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -41,13 +43,12 @@ class Stage3Mode(TorchFunctionMode):
                 for item in value:
                     if isinstance(item, torch.nn.Parameter):
                         self._use(item)
-        if self._efficient and func in _LINEAR:
-            return _linear(*args, **kwargs)
+        if self._coordinator is not None and func in _LINEAR:
+            return self._linear(*args, **kwargs)
         return func(*args, **kwargs)
 
-
-def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    unit = unit_of(weight)
-    if unit is None or not isinstance(weight, torch.nn.Parameter) or not torch.is_grad_enabled():
-        return F.linear(input, weight, bias)
-    return GatheredLinear.apply(input, weight, bias, unit)
+    def _linear(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        unit = unit_of(weight)
+        if unit is None or not isinstance(weight, torch.nn.Parameter) or not torch.is_grad_enabled():
+            return F.linear(input, weight, bias)
+        return GatheredLinear.apply(input, weight, bias, unit, self._coordinator)

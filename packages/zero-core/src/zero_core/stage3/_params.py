@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from ..engine._flat_params import FlatParams
-from ..engine._layout import FlatLayout
+from ..sharding import FlatLayout, FlatParams
 from ._unit import ParamUnit
 
 
 class Stage3Params:
+    """A FlatStorage: persistent buckets (replicated) first, then the units (partitioned)."""
+
     def __init__(self, persistent: FlatParams | None, units: list[ParamUnit]) -> None:
         self.persistent = persistent
         self.units = units
@@ -28,6 +29,9 @@ class Stage3Params:
             assert self.persistent is not None
             return self.persistent.owned(index, lo, hi)
         return self.units[index - count].shard
+
+    def replicated(self) -> list[int]:
+        return list(range(len(self.persistent_layouts)))
 
     def bucket(self, index: int) -> torch.Tensor:
         """A whole persistent bucket (the all-gather after the step writes it)."""

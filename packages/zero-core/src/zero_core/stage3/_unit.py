@@ -9,18 +9,21 @@ which `free()` reports (see _held.py). The engine makes one unit per module and 
 """
 from __future__ import annotations
 
+import enum
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-from ..engine._collectives import Collectives, Work
-from ..engine._layout import FlatLayout
-from ..memory.ledger import MemoryLedger
+from ..comm import Collectives, Work
+from ..memory import MemoryLedger
+from ..sharding import FlatLayout
 
-if TYPE_CHECKING:
-    from ._coordinator import GatherCoordinator
+
+class UnitState(enum.Enum):
+    PARTITIONED = "partitioned"  # only this rank's shard exists; the parameters are empty
+    GATHERING = "gathering"  # the buffer exists and its all-gather is in flight
+    GATHERED = "gathered"  # the parameters are views of the whole buffer
 
 
 class ParamUnit:
@@ -40,7 +43,7 @@ class ParamUnit:
         self.comm = comm
         self.dtype = dtype
         self.ledger = ledger
-        self.coordinator: GatherCoordinator | None = None
+        self.state = UnitState.PARTITIONED
         self.master: torch.Tensor | None = None  # the fp32 master of this shard, when the engine keeps a copy
         self.buffer: torch.Tensor | None = None
         self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
@@ -61,21 +64,23 @@ class ParamUnit:
     @property
     def gathered(self) -> bool:
         """The buffer exists (its all-gather may still be in flight)."""
-        return self.buffer is not None
+        return self.state is not UnitState.PARTITIONED
 
     def start_gather(self) -> None:
         """Allocate the buffer and launch the all-gather of every rank's shard into it."""
         numel, dtype, device = self.numel, self.dtype, self.shard.device
         self.buffer = self.ledger.new("param.gathered", lambda: torch.empty(numel, dtype=dtype, device=device))
         self._work = self.comm.all_gather(self.buffer, self.shard, async_op=True)
+        self.state = UnitState.GATHERING
 
     def wait(self) -> None:
         """Finish the all-gather and point every parameter at its piece of the buffer."""
-        if self._work is None:
+        if self.state is not UnitState.GATHERING:
             return
+        assert self._work is not None and self.buffer is not None
         self._work.wait()
         self._work = None
-        assert self.buffer is not None
+        self.state = UnitState.GATHERED
         for slot in self.layout.slots:
             slot.param.data = self.buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
 
@@ -87,12 +92,14 @@ class ParamUnit:
             slot.param.data = self._empty
         storage = weakref.ref(self.buffer.untyped_storage())
         self.buffer = None
+        self.state = UnitState.PARTITIONED
         return storage
 
     def drop(self) -> None:
         """Forget the gathered buffer without touching the parameters, which another unit has taken over."""
         self.wait()
         self.buffer = None
+        self.state = UnitState.PARTITIONED
 
     def store(self, source: torch.Tensor) -> None:
         """Take this rank's shard of `source` (the whole padded flat buffer) as the new partition."""

@@ -10,11 +10,13 @@ from collections.abc import Sequence
 
 import torch
 
-from ..memory.ledger import MemoryLedger
+from ..memory import MemoryLedger
 from ._layout import FlatLayout
 
 
 class FlatParams:
+    """A FlatStorage whose every layout is replicated (whole on every rank)."""
+
     def __init__(
         self,
         layouts: Sequence[FlatLayout],
@@ -46,3 +48,6 @@ class FlatParams:
         """Elements [lo, hi) of a bucket, 1-D."""
         start = self.starts[index]
         return self.buffer[start + lo : start + hi]
+
+    def replicated(self) -> list[int]:
+        return list(range(len(self.layouts)))

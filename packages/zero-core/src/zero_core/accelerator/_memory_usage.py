@@ -6,6 +6,8 @@ import gc
 import psutil
 import torch.distributed as dist
 
+from ._select import get_accelerator
+
 GB = 1024**3
 
 
@@ -18,8 +20,6 @@ def see_memory_usage(message: str, force: bool = True) -> str | None:
     afterwards, so each call's Max_* covers the span since the previous call. Unlike DeepSpeed,
     `force` defaults to True, so a bare call prints; `force=False` prints nothing.
     """
-    from ..accelerator import get_accelerator
-
     if not force:
         return None
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:

@@ -1,11 +1,12 @@
 """ZeroOptimizer: one step of the partitioned optimizer, and what `initialize` returns as `optimizer`.
 
-A step: the global gradient norm (each rank's owned gradients, summed across ranks from
-stage 1 on, where each element is owned by exactly one rank); with fp16, a non-finite norm
-is an overflow that skips the step; unscale and clip in one multiply while making the fp32
-gradients; the torch optimizer's step on the master; the master copied back into the
-compute-dtype params; from stage 1 on, every bucket all-gathered so all ranks hold the
-whole updated model again.
+A step: the global gradient norm (each rank's owned gradients, summed across ranks when the
+policy shards the optimizer state, where each element is owned by exactly one rank); with
+fp16, a non-finite norm is an overflow that skips the step; unscale and clip in one
+multiply while making the fp32 gradients; the torch optimizer's step on the master; the
+master copied back into the compute-dtype params; when sharded, every replicated bucket
+all-gathered so all ranks hold those parameters whole again (stage 3's partitioned units
+are gathered only when a module needs them).
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from typing import Any
 
 import torch
 
-from ..memory.ledger import MemoryLedger
-from ._collectives import Collectives
+from ..comm import Collectives
+from ..memory import MemoryLedger
 from ._groups import ShardedGroup
 from ._loss_scaler import LossScaler
+from ._policy import StagePolicy
 
 
 class ZeroOptimizer:
@@ -30,7 +32,7 @@ class ZeroOptimizer:
         comm: Collectives,
         loss_scaler: LossScaler,
         gradient_clipping: float,
-        stage: int,
+        policy: StagePolicy,
         fp16: bool,
         ledger: MemoryLedger,
     ) -> None:
@@ -41,7 +43,7 @@ class ZeroOptimizer:
         self.overflow = False
         self._global_grad_norm: float | None = None
         self._comm = comm
-        self._sharded = stage >= 1
+        self._sharded = policy.shards_optimizer_state
         self._fp16 = fp16
         self._ledger = ledger
 
@@ -128,8 +130,8 @@ class ZeroOptimizer:
         work = []
         rank = self._comm.rank
         for group in self.groups:
-            for index, layout in enumerate(group.layouts):
-                lo, hi = layout.shard_range(rank)
+            for index in group.flat.replicated():
+                lo, hi = group.layouts[index].shard_range(rank)
                 work.append(self._comm.all_gather(group.flat.bucket(index), group.flat.owned(index, lo, hi),
                                                   async_op=True))
         for handle in work:

@@ -12,12 +12,14 @@ from collections.abc import Sequence
 
 import torch
 
+from ._bucket import LayoutBucket, ReduceBucket
 from ._layout import Slot
-from ._reducer import ReduceBucket
 
 
 class PackedBucket:
-    def __init__(self, members: Sequence[ReduceBucket], world_size: int) -> None:
+    """A ReduceBucket over several LayoutBuckets."""
+
+    def __init__(self, members: Sequence[LayoutBucket], world_size: int) -> None:
         self.members = list(members)
         self.buffer: torch.Tensor | None = None
         self.arrived: set[int] = set()
@@ -65,16 +67,15 @@ class PackedBucket:
             member.grads.get(member.index).add_(buffer[base + offset : base + offset + numel])
 
 
-def pack_buckets(buckets: Sequence[ReduceBucket], max_numel: int,
-                 world_size: int) -> list[ReduceBucket | PackedBucket]:
+def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:
     """Consecutive buckets (in launch order) packed while together they hold at most `max_numel` elements.
 
     And no more than the largest bucket: no reduce buffer outgrows the one the largest unit
     needs alone, so the worst case of `grad.bucket` stays what it was without packing.
     """
     limit = min(max_numel, max((b.layout.padded_numel for b in buckets), default=0))
-    packed: list[ReduceBucket | PackedBucket] = []
-    run: list[ReduceBucket] = []
+    packed: list[ReduceBucket] = []
+    run: list[LayoutBucket] = []
 
     def close() -> None:
         if len(run) == 1:

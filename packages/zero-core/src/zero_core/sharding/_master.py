@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..memory.ledger import MemoryLedger
-from ._flat_params import FlatParams
+from ..memory import MemoryLedger
 from ._layout import FlatLayout
+from ._storage import FlatStorage
 
 
 def owned_range(layout: FlatLayout, rank: int, sharded: bool) -> tuple[int, int]:
@@ -43,7 +43,7 @@ class MasterParams:
         return cls(tensors, ranges, is_view=False)
 
     @classmethod
-    def view_of(cls, flat: FlatParams, rank: int, sharded: bool) -> MasterParams:
+    def view_of(cls, flat: FlatStorage, rank: int, sharded: bool) -> MasterParams:
         ranges = [owned_range(layout, rank, sharded) for layout in flat.layouts]
         tensors = [flat.owned(i, lo, hi) for i, (lo, hi) in enumerate(ranges)]
         return cls(tensors, ranges, is_view=True)
@@ -62,7 +62,7 @@ class MasterParams:
         for master in self.tensors:
             master.grad = None
 
-    def write_back(self, flat: FlatParams) -> None:
+    def write_back(self, flat: FlatStorage) -> None:
         """Copy the updated master into the compute-dtype parameters (nothing to do for a view)."""
         if self.is_view:
             return

@@ -1,90 +1,59 @@
 """Gradient reduction in buckets, driven by post-accumulate-grad hooks during backward.
 
-- stage 0: all-reduce each bucket of the full gradients, at the accumulation boundary only;
-- stage 1: reduce-scatter each bucket in place, at the boundary only; this rank's shard of the
-  bucket's gradient then holds the averaged gradient it steps with;
-- stage 2: on every backward, copy each gradient into its bucket's transient buffer as soon
-  as autograd makes it and drop `param.grad`; a full bucket is reduce-scattered and this
-  rank's slice added to its gradient partition, then the buffer is freed. Holding full
-  gradients until the boundary would cost 2P bytes and break stage 2's contract, so stage 2
-  reduces on every micro-batch, as DeepSpeed does.
+The stage policy's `GradReduction` says how:
+- ALL_REDUCE_AT_BOUNDARY (stage 0): all-reduce each bucket of the whole gradients, at the
+  accumulation boundary only;
+- REDUCE_SCATTER_AT_BOUNDARY (stage 1): reduce-scatter each bucket in place, at the boundary
+  only; this rank's shard of the bucket's gradient then holds the averaged gradient it steps with;
+- REDUCE_SCATTER_EVERY_BACKWARD (stages 2-3): on every backward, copy each gradient into its
+  bucket's transient buffer as soon as autograd makes it and drop `param.grad`; a full
+  bucket is reduce-scattered and this rank's slice added to its gradient partition, then
+  the buffer is freed. Holding whole gradients until the boundary would cost 2P bytes and
+  break stage 2's contract, so this reduces on every micro-batch, as DeepSpeed does.
 
 Buckets are launched strictly in one order on every rank (a bucket waits for those before
 it), so collectives match across ranks even when ranks see different unused parameters.
 With `overlap_comm` the collectives are asynchronous and run while backward continues;
-stage 2 keeps at most one in flight, which bounds its buffers. Stage 3 passes its one
-bucket per unit packed into fewer collectives (_packed_bucket.py).
+reduction in every backward keeps at most one in flight, which bounds its buffers. Stage 3
+passes its one bucket per unit packed into fewer collectives (_packed_bucket.py).
 """
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from zero_plugins import ZeroError
 
-from ..memory.ledger import MemoryLedger
-from ._collectives import Collectives, Work
-from ._grads import GradBuckets
-from ._layout import FlatLayout, Slot
+from ..comm import Collectives, Work
+from ..memory import MemoryLedger
+from ._bucket import ReduceBucket, WholeGradBucket
+from ._names import param_name
+from ._policy import GradReduction
 
-if TYPE_CHECKING:
-    from ._packed_bucket import PackedBucket
-
-
-@dataclass(eq=False)
-class ReduceBucket:
-    layout: FlatLayout
-    grads: GradBuckets  # the group's gradients; this bucket is number `index` there
-    index: int
-    buffer: torch.Tensor | None = None  # stage 2: the full-size gradient, while filling and reducing
-    arrived: set[int] = field(default_factory=set)
-    launched: bool = False
-
-    @property
-    def slots(self) -> list[Slot]:
-        return self.layout.slots
-
-    def new_buffer(self) -> torch.Tensor:
-        """Stage 2: a zeroed full-size gradient buffer (padding and unused parameters stay zero)."""
-        return torch.zeros(self.layout.padded_numel, dtype=self.grads.dtype, device=self.grads.device)
-
-    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, accumulate: bool) -> None:
-        """Put slot `index`'s flattened gradient in its place in `buffer` (or add it there)."""
-        slot = self.layout.slots[index]
-        target = buffer[slot.offset : slot.offset + slot.numel]
-        if accumulate:
-            target.add_(grad)
-        else:
-            target.copy_(grad)
-
-    def shard_range(self, rank: int) -> tuple[int, int]:
-        return self.layout.shard_range(rank)
-
-    def complete(self, buffer: torch.Tensor, rank: int) -> None:
-        """Add this rank's reduced shard of `buffer` to its gradient partition."""
-        lo, hi = self.layout.shard_range(rank)
-        self.grads.get(self.index).add_(buffer[lo:hi])
+_EVERY_BACKWARD = GradReduction.REDUCE_SCATTER_EVERY_BACKWARD
 
 
 class GradReducer:
     def __init__(
         self,
-        buckets: Sequence[ReduceBucket | PackedBucket],
+        buckets: Sequence[ReduceBucket],
         comm: Collectives,
-        stage: int,
+        reduction: GradReduction,
         overlap: bool,
         ledger: MemoryLedger,
     ) -> None:
+        if reduction is not _EVERY_BACKWARD:
+            for bucket in buckets:
+                if not isinstance(bucket, WholeGradBucket):
+                    raise TypeError(f"{reduction.value} needs buckets that keep whole gradients, got {bucket!r}")
         self._buckets = list(buckets)  # in launch order
         self._comm = comm
-        self._stage = stage
+        self._reduction = reduction
         self._overlap = overlap
         self._ledger = ledger
         self._next = 0
-        self._inflight: list[tuple[ReduceBucket | PackedBucket, Work]] = []
+        self._inflight: list[tuple[ReduceBucket, Work]] = []
         self._active = False
         self._reducing = False
         self._handles = [
@@ -96,7 +65,7 @@ class GradReducer:
     def begin(self, reduce: bool) -> None:
         """Start one backward; `reduce` is False on micro-batches before the accumulation boundary."""
         self._active = True
-        self._reducing = reduce or self._stage == 2
+        self._reducing = reduce or self._reduction is _EVERY_BACKWARD
         self._next = 0
         for bucket in self._buckets:
             bucket.arrived.clear()
@@ -125,21 +94,21 @@ class GradReducer:
             handle.remove()
         self._handles.clear()
 
-    def _on_grad(self, bucket: ReduceBucket | PackedBucket, index: int, param: torch.nn.Parameter) -> None:
+    def _on_grad(self, bucket: ReduceBucket, index: int, param: torch.nn.Parameter) -> None:
         if not self._active:
             raise ZeroError("a gradient was computed outside engine.backward(); call engine.backward(loss), "
                             "not loss.backward(), so the engine can reduce gradients")
-        if self._stage != 2:
-            bucket.grads.take(bucket.index, index, param)
+        if self._reduction is not _EVERY_BACKWARD:
+            _whole(bucket).take_grad(index, param)
             if not self._reducing:
-                return  # stages 0-1 before the boundary: the gradient just stays in its bucket
+                return  # before the boundary: the gradient just stays in its bucket
         if bucket.launched:
             raise ZeroError(
-                f"a parameter of shape {tuple(param.shape)} received a second gradient after its bucket was "
+                f"parameter {param_name(param)} received a second gradient after its bucket was "
                 "reduced in this backward (e.g. reentrant checkpointing of a shared parameter); "
                 "use non-reentrant checkpointing (use_reentrant=False)"
             )
-        if self._stage == 2:
+        if self._reduction is _EVERY_BACKWARD:
             # a second arrival is a second use of the parameter within one backward: it adds
             bucket.write(self._buffer(bucket), index, param.grad.reshape(-1), index in bucket.arrived)
             param.grad = None
@@ -155,22 +124,23 @@ class GradReducer:
             self._launch(bucket)
             self._next += 1
 
-    def _launch(self, bucket: ReduceBucket | PackedBucket) -> None:
+    def _launch(self, bucket: ReduceBucket) -> None:
         comm, world = self._comm, self._comm.world_size
         bucket.launched = True
-        if self._stage == 2:
+        if self._reduction is _EVERY_BACKWARD:
             self._drain(0)  # one bucket in flight at a time bounds the buffers
             buffer = self._buffer(bucket)
             buffer.div_(world)  # average before summing: fp16 sums of N gradients could overflow
             lo, hi = bucket.shard_range(comm.rank)
             work = comm.reduce_scatter(buffer[lo:hi], buffer, async_op=self._overlap)
         else:
-            full = bucket.grads.get(bucket.index)
+            whole = _whole(bucket)
+            full = whole.whole_grad()
             full.div_(world)
-            if self._stage == 0:
+            if self._reduction is GradReduction.ALL_REDUCE_AT_BOUNDARY:
                 work = comm.all_reduce(full, async_op=self._overlap)
             else:
-                work = comm.reduce_scatter(bucket.grads.owned(bucket.index), full, async_op=self._overlap)
+                work = comm.reduce_scatter(whole.owned_grad(), full, async_op=self._overlap)
         if work is None:
             self._complete(bucket)
         else:
@@ -182,14 +152,19 @@ class GradReducer:
             work.wait()
             self._complete(bucket)
 
-    def _complete(self, bucket: ReduceBucket | PackedBucket) -> None:
-        if self._stage != 2:
+    def _complete(self, bucket: ReduceBucket) -> None:
+        if self._reduction is not _EVERY_BACKWARD:
             return
         assert bucket.buffer is not None
         bucket.complete(bucket.buffer, self._comm.rank)
         bucket.buffer = None  # frees it: nothing else refers to the buffer
 
-    def _buffer(self, bucket: ReduceBucket | PackedBucket) -> torch.Tensor:
+    def _buffer(self, bucket: ReduceBucket) -> torch.Tensor:
         if bucket.buffer is None:
             bucket.buffer = self._ledger.new("grad.bucket", bucket.new_buffer)
         return bucket.buffer
+
+
+def _whole(bucket: ReduceBucket) -> WholeGradBucket:
+    assert isinstance(bucket, WholeGradBucket)  # checked for every bucket in GradReducer.__init__
+    return bucket

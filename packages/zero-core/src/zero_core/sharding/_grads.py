@@ -1,10 +1,10 @@
 """Where gradients live between backward and step: one tensor per bucket, alive only while needed.
 
-- stages 0-1: the bucket's whole gradient, laid out like its parameters; each `param.grad`
-  becomes a view into it, so later micro-batches accumulate in place and the bucket is
-  reduced with no copy;
-- stage 2: only this rank's shard of the bucket; whole gradients exist only in the
-  transient reduce buffers (see _reducer.py).
+- when the policy does not shard gradients (stages 0-1): the bucket's whole gradient, laid
+  out like its parameters; each `param.grad` becomes a view into it, so later micro-batches
+  accumulate in place and the bucket is reduced with no copy;
+- when it does (stages 2-3): only this rank's shard of the bucket; whole gradients exist
+  only in the transient reduce buffers (see _reducer.py).
 
 A bucket's tensor is allocated when backward first produces a gradient for it and freed
 after the step (`release`, DeepSpeed's and torch's `zero_grad(set_to_none=True)`), so no
@@ -17,9 +17,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ..memory.ledger import MemoryLedger
+from ..memory import MemoryLedger
 from ._layout import FlatLayout
 from ._master import owned_range
+from ._policy import StagePolicy
 
 
 class GradBuckets:
@@ -27,15 +28,15 @@ class GradBuckets:
         self,
         layouts: Sequence[FlatLayout],
         rank: int,
-        stage: int,
+        policy: StagePolicy,
         dtype: torch.dtype,
         device: torch.device,
         ledger: MemoryLedger,
     ) -> None:
-        self.partitioned = stage == 2
+        self.partitioned = policy.shards_gradients
         self._layouts = list(layouts)
         self._rank = rank
-        self._stage = stage
+        self._sharded_steps = policy.shards_optimizer_state
         self.dtype = dtype
         self.device = device
         self._ledger = ledger
@@ -58,11 +59,11 @@ class GradBuckets:
     def owned(self, index: int) -> torch.Tensor:
         if self.partitioned:
             return self.get(index)
-        lo, hi = owned_range(self._layouts[index], self._rank, self._stage >= 1)
+        lo, hi = owned_range(self._layouts[index], self._rank, self._sharded_steps)
         return self.get(index)[lo:hi]
 
     def take(self, index: int, slot_index: int, param: torch.nn.Parameter) -> None:
-        """Stages 0-1: make `param.grad` its view into the bucket, copying in a gradient autograd made afresh."""
+        """Whole gradients: make `param.grad` its view into the bucket, copying in a gradient autograd made afresh."""
         self.get(index)
         view = self._views[index][slot_index]
         if param.grad is not view:

@@ -1,0 +1,98 @@
+"""The one assembly path: a model, a loaded config and the client's objects become an engine.
+
+The stage's policy picks the builder of the sharded state (stages 0-2: whole parameters in
+flat buckets; stage 3: partitioned units); everything else (the process group's
+collectives, the ledger, the param groups, the optimizer, the reducer, the scheduler and
+the data loader) is assembled here, the same way for every stage.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..accelerator import get_accelerator
+from ..comm import Collectives
+from ..config import ConfigError
+from ..memory import MemoryLedger
+from ..sharding import (
+    BuildContext,
+    GradReducer,
+    OptimizerFactory,
+    ParamGroup,
+    ShardedState,
+    StagePolicy,
+    ZeroOptimizer,
+    build_dataloader,
+    build_flat_state,
+    build_loss_scaler,
+    build_optimizer,
+    name_parameters,
+    policy_for,
+    resolve_param_groups,
+    resolve_scheduler,
+)
+from ..stage3 import build_stage3_state
+from ._engine import EngineParts, ZeroEngine
+
+if TYPE_CHECKING:
+    from ..config import ZeroConfig
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+StateBuilder = Callable[[torch.nn.Module, list[ParamGroup], BuildContext], ShardedState]
+
+
+def assemble_engine(
+    model: torch.nn.Module,
+    config: ZeroConfig,
+    optimizer: torch.optim.Optimizer | OptimizerFactory | None = None,
+    model_parameters: Iterable[Any] | None = None,
+    lr_scheduler: Any = None,
+    training_data: torch.utils.data.Dataset | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+) -> ZeroEngine:
+    policy = policy_for(config.zero_optimization)
+    _check_placements(policy, config)
+    accelerator = get_accelerator()
+    device = accelerator.device(accelerator.current_device())
+    dtype = DTYPES[config.compute_dtype]
+    if dtype not in accelerator.supported_dtypes():
+        raise ConfigError(f"{config.compute_dtype}.enabled",
+                          f"the {accelerator.name} accelerator does not support {config.compute_dtype}")
+    ledger = MemoryLedger()
+    comm = Collectives(ledger)
+    name_parameters(model)
+    client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+    param_groups = resolve_param_groups(model, model_parameters, client)
+    order = {id(p): index for index, p in enumerate(model.parameters())}
+    context = BuildContext(config, policy, comm, ledger, device, dtype, order)
+    state = _state_builder(policy)(model, param_groups, context)
+    inner = build_optimizer(config.optimizer, optimizer,
+                            [{"params": g.master.tensors, **g.options} for g in state.groups])
+    zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
+                                   policy, fp16=dtype == torch.float16, ledger=ledger)
+    reducer = GradReducer(state.buckets, comm, policy.grad_reduction, bool(config.zero_optimization.overlap_comm),
+                          ledger)
+    loader = None
+    if training_data is not None:
+        loader = build_dataloader(training_data, int(config.train_micro_batch_size_per_gpu), comm.rank,
+                                  comm.world_size, collate_fn)
+    scheduler = resolve_scheduler(config, lr_scheduler, inner)
+    return ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,
+                                  ledger, device, dtype, loader))
+
+
+def _state_builder(policy: StagePolicy) -> StateBuilder:
+    return build_stage3_state if policy.shards_parameters else build_flat_state
+
+
+def _check_placements(policy: StagePolicy, config: ZeroConfig) -> None:
+    zero = config.zero_optimization
+    for copy, block, key in (("parameters", zero.offload_param, "offload_param"),
+                             ("optimizer_state", zero.offload_optimizer, "offload_optimizer")):
+        if copy in policy.offloaded and block is not None:
+            raise ConfigError(f"zero_optimization.{key}.device",
+                              f"{block.device!r} offload is not available in this version of zero-core; "
+                              "set it to \"none\"")

@@ -1,0 +1,83 @@
+"""The building blocks every ZeRO stage shares, and stages 0-2's builder (docs/architecture.md).
+
+Stage policies, flat layouts and storage, fp32 master weights, gradient buckets and their
+reduction, the optimizer wrapper, loss scaling and schedulers, and the build steps every
+stage's builder takes. Stage 3 (zero_core.stage3) builds on these; the engine
+(zero_core.engine) assembles them.
+"""
+from ._bucket import LayoutBucket, ReduceBucket, WholeGradBucket
+from ._build_optimizer import OptimizerFactory, build_optimizer
+from ._build_steps import (
+    BuildContext,
+    broadcast_initial_weights,
+    build_dataloader,
+    place_buffers,
+    place_frozen,
+    resolve_scheduler,
+)
+from ._flat_build import build_flat_state
+from ._flat_params import FlatParams
+from ._grads import GradBuckets
+from ._groups import ShardedGroup, in_gradient_order, layout_buckets
+from ._layout import FlatLayout, ShardPiece, Slot, split_into_buckets
+from ._loss_scaler import DynamicLossScaler, LossScaler, build_loss_scaler
+from ._master import MasterParams
+from ._names import name_parameters, param_name
+from ._optimizer import ZeroOptimizer
+from ._packed_bucket import PackedBucket, pack_buckets
+from ._param_groups import ParamGroup, frozen_params, resolve_param_groups
+from ._policy import STAGE_POLICIES, GradReduction, Placement, Residence, StagePolicy, policy_for
+from ._reducer import GradReducer
+from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
+from ._state import ShardedState, TrainingPasses, WholeParameterPasses
+from ._storage import FlatStorage
+
+__all__ = [
+    "STAGE_POLICIES",
+    "BuildContext",
+    "DynamicLossScaler",
+    "FlatLayout",
+    "FlatParams",
+    "FlatStorage",
+    "GradBuckets",
+    "GradReducer",
+    "GradReduction",
+    "LayoutBucket",
+    "LossScaler",
+    "MasterParams",
+    "OptimizerFactory",
+    "PackedBucket",
+    "ParamGroup",
+    "Placement",
+    "ReduceBucket",
+    "Residence",
+    "ShardPiece",
+    "ShardedGroup",
+    "ShardedState",
+    "Slot",
+    "StagePolicy",
+    "TrainingPasses",
+    "WarmupCosineLR",
+    "WarmupDecayLR",
+    "WarmupLR",
+    "WholeGradBucket",
+    "WholeParameterPasses",
+    "ZeroOptimizer",
+    "broadcast_initial_weights",
+    "build_dataloader",
+    "build_flat_state",
+    "build_loss_scaler",
+    "build_optimizer",
+    "build_scheduler",
+    "frozen_params",
+    "in_gradient_order",
+    "layout_buckets",
+    "name_parameters",
+    "pack_buckets",
+    "param_name",
+    "place_buffers",
+    "place_frozen",
+    "policy_for",
+    "resolve_param_groups",
+    "split_into_buckets",
+]

@@ -1,0 +1,92 @@
+"""The build steps every stage shares, once: the context a builder works in, the broadcast of
+the initial weights, the placement and casting of frozen parameters and buffers, the data
+loader and the LR scheduler.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.utils.data as data
+
+from ..comm import Collectives
+from ..memory import MemoryLedger
+from ._policy import StagePolicy
+from ._schedulers import build_scheduler
+
+if TYPE_CHECKING:
+    from ..config import ZeroConfig
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a stage's builder needs: the settings, the process group, and where and in which dtype state goes."""
+
+    config: ZeroConfig
+    policy: StagePolicy
+    comm: Collectives
+    ledger: MemoryLedger
+    device: torch.device
+    dtype: torch.dtype
+    order: dict[int, int]  # id(param) -> its position in model.parameters(); gradients arrive roughly in reverse
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.comm.world_size
+
+    @property
+    def bucket_numel(self) -> int:
+        return self.config.zero_optimization.reduce_bucket_size
+
+    def compute_dtype_of(self, tensor: torch.Tensor) -> torch.dtype:
+        """Floating tensors take the compute dtype (DeepSpeed casts the whole module); others keep theirs."""
+        return self.dtype if tensor.is_floating_point() else tensor.dtype
+
+
+def broadcast_initial_weights(tensors: Iterable[torch.Tensor], comm: Collectives) -> None:
+    """Start every rank from rank 0's weights and buffers, as DeepSpeed does."""
+    if comm.world_size == 1:
+        return
+    with torch.no_grad():
+        for tensor in tensors:
+            comm.broadcast(tensor.data)
+
+
+def place_frozen(params: Iterable[torch.nn.Parameter], context: BuildContext) -> None:
+    """Whole frozen (or persistent, untrained) parameters on the device, in the compute dtype."""
+    for param in params:
+        param.data = param.data.to(device=context.device, dtype=context.compute_dtype_of(param))
+        context.ledger.register(param.data, "param.persistent")
+
+
+def place_buffers(model: torch.nn.Module, context: BuildContext) -> None:
+    """The model's buffers on the device; floating ones in the compute dtype."""
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                placed = buffer.to(device=context.device, dtype=context.compute_dtype_of(buffer))
+                module._buffers[name] = context.ledger.register(placed, "module.buffers")
+
+
+def resolve_scheduler(config: ZeroConfig, client: Any, optimizer: torch.optim.Optimizer) -> Any:
+    """The client's scheduler (or callable) wins over the config's, as in DeepSpeed."""
+    if client is not None:
+        return client(optimizer) if callable(client) and not hasattr(client, "step") else client
+    if config.scheduler is not None:
+        return build_scheduler(config.scheduler, optimizer)
+    return None
+
+
+def build_dataloader(
+    dataset: data.Dataset, micro_batch_size: int, rank: int, world_size: int,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+) -> data.DataLoader:
+    """Micro-batches of this rank's share of the dataset, shuffled by a DistributedSampler as in DeepSpeed."""
+    sampler: data.DistributedSampler = data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    return data.DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, collate_fn=collate_fn)

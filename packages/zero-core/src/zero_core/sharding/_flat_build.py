@@ -1,0 +1,17 @@
+"""Build stages 0-2's sharded state: parameters whole on every rank, in flat buckets per param group."""
+from __future__ import annotations
+
+import torch
+
+from ._build_steps import BuildContext, broadcast_initial_weights, place_buffers, place_frozen
+from ._groups import build_group, layout_buckets
+from ._param_groups import ParamGroup, frozen_params
+from ._state import ShardedState, WholeParameterPasses
+
+
+def build_flat_state(model: torch.nn.Module, param_groups: list[ParamGroup], context: BuildContext) -> ShardedState:
+    broadcast_initial_weights([*model.parameters(), *model.buffers()], context.comm)
+    place_frozen(frozen_params(model), context)
+    place_buffers(model, context)
+    groups = [build_group(group, context) for group in param_groups]
+    return ShardedState(groups, list(layout_buckets(groups, context)), WholeParameterPasses(model, context.rank))

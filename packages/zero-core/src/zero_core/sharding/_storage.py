@@ -1,0 +1,27 @@
+"""The contract for a param group's compute-dtype parameters, as the master and the optimizer see them."""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ._layout import FlatLayout
+
+
+@runtime_checkable
+class FlatStorage(Protocol):
+    """Flat storage laid out as `layouts`: stage 0-2's FlatParams, stage 3's persistent buckets plus units."""
+
+    layouts: list[FlatLayout]
+
+    def owned(self, index: int, lo: int, hi: int) -> torch.Tensor:
+        """Elements [lo, hi) of layout `index` that this rank steps, 1-D."""
+        ...
+
+    def replicated(self) -> list[int]:
+        """Indices of the layouts every rank holds whole: all-gathered after each sharded step."""
+        ...
+
+    def bucket(self, index: int) -> torch.Tensor:
+        """The whole padded flat buffer of replicated layout `index`, 1-D."""
+        ...

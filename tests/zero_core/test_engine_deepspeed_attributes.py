@@ -1,0 +1,109 @@
+"""The engine attributes every DeepSpeed training loop reads, at stages 0-3, with DeepSpeed's values.
+
+DeepSpeed 0.19.8's engine defines them as: `global_rank = dist.get_rank()`, `world_size =
+dist.get_world_size()`, `local_rank = int(os.environ["LOCAL_RANK"])`; `micro_steps` counts
+every `step()` call, `global_steps` and `global_samples` (`+= train_batch_size()`) count
+boundaries; `was_step_applied()` is True only after a `step()` that updated the weights;
+`fp16_enabled()`, `bfloat16_enabled()` and `gradient_clipping()` echo the config. The
+checkpoint calls are not built yet and must say so, not fall through to the model.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+WORLD_SIZE = 2
+STAGES = (0, 1, 2, 3)
+
+
+def _config(stage: int) -> dict[str, Any]:
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+            "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+
+
+def _attributes(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
+    import torch.distributed as dist
+    import zero_core
+
+    found: dict[int, dict[str, Any]] = {}
+    for stage in STAGES:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+        engine, _, _, _ = zero_core.initialize(model=model, config=_config(stage))
+        applied = []
+        for _ in range(4):
+            loss = engine(torch.randn(2, 4, dtype=torch.bfloat16)).float().pow(2).mean()
+            engine.backward(loss)
+            engine.step()
+            applied.append(engine.was_step_applied())
+        errors = {}
+        for call in ("save_checkpoint", "load_checkpoint", "save_16bit_model"):
+            try:
+                getattr(engine, call)("unused")
+            except NotImplementedError as error:
+                errors[call] = str(error)
+        try:
+            engine.no_such_attribute  # noqa: B018
+        except AttributeError as error:
+            errors["missing"] = str(error)
+        found[stage] = {
+            "global_rank": (engine.global_rank, dist.get_rank()),
+            "local_rank": (engine.local_rank, int(os.environ["LOCAL_RANK"])),
+            "world_size": (engine.world_size, dist.get_world_size()),
+            "micro_steps": engine.micro_steps,
+            "global_steps": engine.global_steps,
+            "global_samples": engine.global_samples,
+            "applied": applied,
+            "fp16": engine.fp16_enabled(),
+            "bf16": engine.bfloat16_enabled(),
+            "clipping": engine.gradient_clipping(),
+            "stage": engine.zero_optimization_stage(),
+            "errors": errors,
+        }
+        engine.destroy()
+    return found
+
+
+@pytest.fixture(scope="module")
+def attributes(run_ranks) -> list[dict[int, dict[str, Any]]]:  # type: ignore[no-untyped-def]
+    return run_ranks(_attributes, WORLD_SIZE, timeout=180)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_identity_attributes_match_torch_distributed(attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
+    for rank, result in enumerate(attributes):
+        values = result[stage]
+        for name in ("global_rank", "local_rank", "world_size"):
+            mine, deepspeeds = values[name]
+            assert mine == deepspeeds, name
+        assert values["global_rank"][0] == rank
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_counters_and_step_applied(attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
+    values = attributes[0][stage]
+    assert values["micro_steps"] == 4
+    assert values["global_steps"] == 2, "two accumulation boundaries in four micro-batches"
+    assert values["global_samples"] == 2 * (2 * 2 * WORLD_SIZE), "train_batch_size per boundary"
+    assert values["applied"] == [False, True, False, True]
+    assert values["stage"] == stage
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_config_echoes(attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
+    values = attributes[0][stage]
+    assert (values["fp16"], values["bf16"], values["clipping"]) == (False, True, 0.5)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_checkpoint_calls_say_they_are_not_built_and_missing_names_name_both_objects(
+        attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
+    errors = attributes[0][stage]["errors"]
+    for call in ("save_checkpoint", "load_checkpoint", "save_16bit_model"):
+        assert errors[call].startswith(f"engine.{call} is not available yet"), errors
+    assert errors["missing"] == ("neither the ZeroEngine nor its model (Sequential) has an attribute "
+                                 "'no_such_attribute'")
