@@ -29,9 +29,13 @@ run: $(VENV)/.installed
 test: test-fast
 	PATH="$(TOX_PATH)" $(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
 
-# The whole suite in the dev environment (every package installed), plus the layering check.
+# The whole suite in the dev environment (every package installed), after the checks that need
+# no tests: the import layering (.importlinter, always; ../shared's script too when there is one)
+# and the types (mypy.ini).
 test-fast: $(VENV)/.installed
-	@if [ -f $(LAYERS) ]; then $(BIN)/python $(LAYERS) .; fi
+	$(BIN)/lint-imports --no-logo .importlinter
+	@if [ -f $(LAYERS) ]; then $(BIN)/python $(LAYERS) .; else echo "skipped $(LAYERS) (not found): the import-linter contracts in .importlinter cover the layering"; fi
+	$(BIN)/mypy --config-file mypy.ini
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
 # Every package alone, including the torch ones (slower: each env installs torch).
@@ -39,4 +43,4 @@ tox-all: $(VENV)/.installed
 	PATH="$(TOX_PATH)" $(BIN)/tox run
 
 clean:
-	rm -rf $(VENV) .tox
+	rm -rf $(VENV) .tox .mypy_cache .import_linter_cache

@@ -16,12 +16,16 @@ MEMORY_MODEL_INPUTS = {"dense": 32, "lora": 64}  # in_features of memory_model(k
 class LoRALinear(torch.nn.Module):
     """A frozen base linear with trainable low-rank adapters beside it."""
 
-    def __init__(self, features_in: int, features_out: int, rank: int = 4) -> None:
+    def __init__(self, base: torch.nn.Linear, rank: int = 4) -> None:
         super().__init__()
-        self.base = torch.nn.Linear(features_in, features_out)
-        self.base.requires_grad_(False)
-        self.lora_a = torch.nn.Linear(features_in, rank, bias=False)
-        self.lora_b = torch.nn.Linear(rank, features_out, bias=False)
+        self.base = base.requires_grad_(False)
+        self.lora_a = torch.nn.Linear(base.in_features, rank, bias=False)
+        self.lora_b = torch.nn.Linear(rank, base.out_features, bias=False)
+
+    @classmethod
+    def new(cls, features_in: int, features_out: int, rank: int = 4) -> LoRALinear:
+        """Adapters beside a freshly initialised base (drawn from torch's generator before the adapters)."""
+        return cls(torch.nn.Linear(features_in, features_out), rank)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.base(x) + self.lora_b(self.lora_a(x))
@@ -33,14 +37,35 @@ def memory_model(kind: str) -> torch.nn.Module:
     if kind == "dense":
         return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
                                    torch.nn.Linear(64, 16))
-    return torch.nn.Sequential(LoRALinear(64, 64), torch.nn.ReLU(), LoRALinear(64, 64), torch.nn.ReLU(),
-                               LoRALinear(64, 64))
+    return torch.nn.Sequential(LoRALinear.new(64, 64), torch.nn.ReLU(), LoRALinear.new(64, 64), torch.nn.ReLU(),
+                               LoRALinear.new(64, 64))
 
 
 def count_params(model: torch.nn.Module) -> tuple[int, int]:
     """(trainable, frozen) elements."""
     return (sum(p.numel() for p in model.parameters() if p.requires_grad),
             sum(p.numel() for p in model.parameters() if not p.requires_grad))
+
+
+def memory_config(zero: dict[str, Any], **top: Any) -> dict[str, Any]:
+    """The memory tests' ds_config: micro-batches of 4, bf16, Adam; `zero` is its zero_optimization block."""
+    return {
+        "train_micro_batch_size_per_gpu": 4,
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+        **top,
+        "zero_optimization": zero,
+    }
+
+
+def collective_counts(engine: Any, field: str = "sent_bytes") -> dict[str, int]:
+    """One figure ("sent_bytes", "calls", "payload_bytes") of each collective so far, from engine.memory_report()."""
+    return {op: figures[field] for op, figures in engine.memory_report().comm.items()}
+
+
+def collective_delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """How much each collective's figure grew between two collective_counts(); the unchanged ones are left out."""
+    return {op: after[op] - before.get(op, 0) for op in after if after[op] != before.get(op, 0)}
 
 
 def wait_until_freed(engine: Any, categories: tuple[str, ...], timeout: float = 10.0) -> None:

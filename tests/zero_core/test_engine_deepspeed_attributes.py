@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import torch
 
+from multirank import run_ranks
+
 WORLD_SIZE = 2
 STAGES = (0, 1, 2, 3)
 
@@ -69,7 +71,7 @@ def _attributes(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def attributes(run_ranks) -> list[dict[int, dict[str, Any]]]:  # type: ignore[no-untyped-def]
+def attributes() -> list[dict[int, dict[str, Any]]]:
     return run_ranks(_attributes, WORLD_SIZE, timeout=180)
 
 

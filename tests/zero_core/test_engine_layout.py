@@ -23,7 +23,7 @@ def test_padding_is_under_one_element_per_rank_and_shards_are_equal(sizes: tuple
 def test_a_layout_smaller_than_the_world_still_gives_every_rank_an_element() -> None:
     layout = FlatLayout(params(2), 4)
     assert (layout.shard_numel, layout.padded_numel, layout.padding) == (1, 4, 2)
-    assert [len(layout.shard_pieces(rank)) for rank in range(4)] == [1, 1, 0, 0]
+    assert [len(layout.pieces_in(*layout.shard_range(rank))) for rank in range(4)] == [1, 1, 0, 0]
 
 
 def test_shard_pieces_cover_every_element_once() -> None:
@@ -31,11 +31,11 @@ def test_shard_pieces_cover_every_element_once() -> None:
     covered = []
     for rank in range(3):
         lo, _ = layout.shard_range(rank)
-        for piece in layout.shard_pieces(rank):
+        for piece in layout.pieces_in(*layout.shard_range(rank)):
             assert piece.shard_offset == piece.slot.offset + piece.start - lo
             covered += [(piece.slot.offset + i) for i in range(piece.start, piece.stop)]
     assert covered == list(range(13))
-    first = layout.shard_pieces(1)
+    first = layout.pieces_in(*layout.shard_range(1))
     assert [(p.slot.offset, p.start, p.stop, p.shard_offset) for p in first] == [(5, 0, 2, 0), (7, 0, 3, 2)]
 
 

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from zero_plugins import CommandResult, format_table, hookimpl, plugin_infos
-
+from zero_plugins import CommandResult, CommandTable, format_table, hookimpl, plugin_infos
 
 
 @hookimpl
-def zero_register_commands(cli) -> None:  # type: ignore[no-untyped-def]
+def zero_register_commands(cli: CommandTable) -> None:
     cli.add_command("plugins", help="list the zero plugins, their hooks and distributions", run=_run_plugins)
 
 

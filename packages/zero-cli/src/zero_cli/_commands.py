@@ -3,26 +3,28 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Callable
 
-from zero_plugins import CommandResult, PluginError
+from zero_plugins import AddArguments, PluginError, RunCommand
 
-RunFunction = Callable[[argparse.Namespace], "CommandResult | int"]
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
 
 
 @dataclass
 class Command:
     name: str
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: RunFunction
+    add_arguments: AddArguments
+    run: RunCommand
     plugin: str
     json_flag: bool = True
 
 
 @dataclass
 class CommandSet:
-    """Handed to plugins as `cli`; rejects two plugins claiming one command name."""
+    """Handed to plugins as `cli` (it implements zero_plugins.CommandTable); rejects two plugins
+    claiming one command name."""
 
     commands: dict[str, Command] = field(default_factory=dict)
     current_plugin: str = "?"
@@ -32,8 +34,8 @@ class CommandSet:
         name: str,
         *,
         help: str,
-        run: RunFunction,
-        add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None,
+        run: RunCommand,
+        add_arguments: AddArguments = _no_arguments,
         json_flag: bool = True,
     ) -> None:
         """Register `zero NAME`. `run(args)` returns a CommandResult or an exit code.

@@ -6,18 +6,25 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from zero_plugins import CommandResult, ZeroError, installed_zero_distributions, use_hookspecs
+from zero_plugins import CommandResult, ZeroError, installed_zero_distributions, plain_hookimpls, use_hookspecs
 
 from . import _hookspecs
 from ._commands import CommandSet
 
 
 class _VersionAction(argparse.Action):
-    def __init__(self, option_strings, dest, **kwargs):  # type: ignore[no-untyped-def]
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="print every installed zero-* distribution and exit")
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
         print("\n".join(f"{name} {version}" for name, version in installed_zero_distributions().items()))
         parser.exit()
 
@@ -25,7 +32,7 @@ class _VersionAction(argparse.Action):
 def collect_commands() -> CommandSet:
     manager = use_hookspecs(_hookspecs)
     commands = CommandSet()
-    for impl in manager.hook.zero_register_commands.get_hookimpls():
+    for impl in plain_hookimpls(manager, "zero_register_commands"):
         commands.current_plugin = impl.plugin_name
         impl.function(cli=commands)
     return commands

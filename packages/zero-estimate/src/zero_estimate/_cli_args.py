@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import _checks, _sources
 from ._errors import EstimateError
+from ._presets import PRESETS
 from ._settings import CHECKPOINTING, OFFLOAD_DEVICES, OPTIMIZERS, PRECISION_BYTES, Cluster, Training, ZeroSettings
 from ._spec import LoraSpec, ModelSpec, TransformerShape
 from ._units import parse_count
@@ -55,7 +56,7 @@ _ZERO_COUNTS = {
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model (one of --params, --preset, --config)")
     group.add_argument("--params", metavar="N", help="total parameter count, e.g. 6.9e9 or 6.9B")
-    group.add_argument("--preset", metavar="NAME", help=f"a known model: {', '.join(sorted(_sources.PRESETS))}")
+    group.add_argument("--preset", metavar="NAME", help=f"a known model: {', '.join(sorted(PRESETS))}")
     group.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or the folder holding it")
     group.add_argument("--largest-layer", metavar="N", help="with --params: params of the largest module")
     group.add_argument("--trainable-params", metavar="N", help="with --params: how many params train (default all)")

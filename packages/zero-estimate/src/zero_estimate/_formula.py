@@ -1,7 +1,8 @@
 """Integer quantities that carry their own formula, so --explain prints exactly what was computed.
 
     p = Q.var("P", 6857302016); n = Q.var("N", 4)
-    (2 * p.per(n)).explain()  ->  "2 * ceil(P/N) = 2 * ceil(6,857,302,016/4) = 3,428,651,008"
+    q = 2 * p.per(n)
+    q.symbols, q.numbers, q.value  ->  "2 * ceil(P/N)", "2 * ceil(6,857,302,016/4)", 3428651008
 """
 from __future__ import annotations
 
@@ -47,11 +48,6 @@ class Q:
         value = -(-self.value // parts.value)
         (top_s, top_n), (bottom_s, bottom_n) = _wrapped(self, _MUL), _wrapped(parts, _MUL)
         return Q(value, f"ceil({top_s}/{bottom_s})", f"ceil({top_n}/{bottom_n})")
-
-    def explain(self) -> str:
-        if self.symbols == self.numbers:
-            return f"{self.numbers} = {self.value:,}" if self._precedence != _ATOM else f"{self.value:,}"
-        return f"{self.symbols} = {self.numbers} = {self.value:,}"
 
     def _join(self, other: Q, op: str, value: int, precedence: int, wrap_right_at: int) -> Q:
         left_s, left_n = _wrapped(self, precedence - 1)

@@ -1,13 +1,11 @@
 """Hook implementations of zero-estimate, loaded through the `zero` entry point; imports no torch at module level."""
 from __future__ import annotations
 
-from typing import Any
-
-from zero_plugins import hookimpl
+from zero_plugins import CommandTable, hookimpl
 
 
 @hookimpl
-def zero_register_commands(cli: Any) -> None:
+def zero_register_commands(cli: CommandTable) -> None:
     from . import _cli  # the command's modules load only when a command runs or --help is built
 
     cli.add_command(

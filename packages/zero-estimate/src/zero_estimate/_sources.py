@@ -9,7 +9,7 @@ from . import _checks, _live
 from ._errors import EstimateError
 from ._lora import apply_lora
 from ._presets import PRESETS
-from ._spec import LoraSpec, ModelSpec, ModuleParams, TransformerShape
+from ._spec import LoraSpec, ModelSpec, ModuleParams, Shape, TransformerShape
 
 
 def from_numbers(
@@ -66,7 +66,9 @@ def from_module(model: Any, *, name: str | None = None) -> ModelSpec:
     seen: set[object] = set()
     modules = []
     for path, module in model.named_modules():
-        trainable, frozen, tied = [], [], []
+        trainable: list[Shape] = []
+        frozen: list[Shape] = []
+        tied: list[Shape] = []
         for param in module.parameters(recurse=False):
             key = _live.dedup_key(param)
             shape = tuple(getattr(param, "ds_shape", None) or param.shape)

@@ -6,7 +6,7 @@ import torch; the backends do, when first used.
 from ._accounting import pinned_memory_stats, pinned_memory_summary, track_pinned_storage
 from ._backend import PinBackend
 from ._errors import MemlockLimitError, NativeBuildError, PinError
-from ._memlock import memlock_limit
+from ._memlock import check_memlock, memlock_limit
 from ._native_build import native_build_state
 from ._select import (
     available_backends,
@@ -26,6 +26,7 @@ __all__ = [
     "__version__",
     "available_backends",
     "backend_statuses",
+    "check_memlock",
     "get_backend",
     "is_pinned",
     "memlock_limit",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from ._units import GiB, format_bytes
 
@@ -19,6 +19,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("zero_pin")
 FIRST_MILESTONE = 32 * GiB
+
+
+class PinnedBytes(TypedDict):
+    current: int
+    peak: int
+
+
+class PinnedMemoryStats(TypedDict):
+    """What pinned_memory_stats() returns: bytes pinned in all, and per backend."""
+
+    total: PinnedBytes
+    backends: dict[str, PinnedBytes]
 
 
 class PinnedMemoryAccount:
@@ -39,19 +51,19 @@ class PinnedMemoryAccount:
             while total >= self._next_milestone:
                 crossed.append(self._next_milestone)
                 self._next_milestone *= 2
-            stats = self._stats() if crossed else None
+            described = _describe(self._stats()) if crossed else ""
         for milestone in crossed:
-            log.info("pinned host memory reached %s: %s", format_bytes(milestone), _describe(stats))
+            log.info("pinned host memory reached %s: %s", format_bytes(milestone), described)
 
     def remove(self, backend: str, nbytes: int) -> None:
         with self._lock:
             self._current[backend] -= nbytes
 
-    def stats(self) -> dict:
+    def stats(self) -> PinnedMemoryStats:
         with self._lock:
             return self._stats()
 
-    def _stats(self) -> dict:
+    def _stats(self) -> PinnedMemoryStats:
         return {
             "total": {"current": sum(self._current.values()), "peak": self._total_peak},
             "backends": {name: {"current": self._current[name], "peak": self._peak[name]}
@@ -65,7 +77,7 @@ class PinnedMemoryAccount:
         return line
 
 
-def _describe(stats: dict) -> str:
+def _describe(stats: PinnedMemoryStats) -> str:
     total = stats["total"]
     per_backend = ", ".join(
         f"{name} {format_bytes(b['current'])} (peak {format_bytes(b['peak'])})"
@@ -78,7 +90,7 @@ def _describe(stats: dict) -> str:
 ACCOUNT = PinnedMemoryAccount()
 
 
-def pinned_memory_stats() -> dict:
+def pinned_memory_stats() -> PinnedMemoryStats:
     """{"total": {"current", "peak"}, "backends": {name: {"current", "peak"}}}, in bytes."""
     return ACCOUNT.stats()
 

@@ -7,11 +7,6 @@ from pathlib import Path
 from ._errors import MemlockLimitError
 from ._units import format_bytes
 
-try:
-    import resource
-except ImportError:  # not POSIX: no memlock limit to read (and no native backend)
-    resource = None  # type: ignore[assignment]
-
 CAP_IPC_LOCK = 14  # linux/capability.h: lets a process lock memory beyond RLIMIT_MEMLOCK
 _PROC_STATUS = Path("/proc/self/status")
 FIX = (
@@ -22,7 +17,9 @@ FIX = (
 
 def memlock_limit() -> dict[str, int | None]:
     """Soft and hard RLIMIT_MEMLOCK in bytes; None means unlimited (or no such limit here)."""
-    if resource is None:
+    try:
+        import resource
+    except ImportError:  # not POSIX: no memlock limit to read (and no native backend)
         return {"soft": None, "hard": None}
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     return {"soft": None if soft == resource.RLIM_INFINITY else soft,

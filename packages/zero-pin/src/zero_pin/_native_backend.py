@@ -31,7 +31,7 @@ class NativeBackend(PinBackend):
     def __init__(self) -> None:
         self._op = load_op()
         # Every live block, owned by a weak reference to it (the instance serves the whole process).
-        self._ranges: RangeManager[weakref.ref] = RangeManager()
+        self._ranges: RangeManager[weakref.ref[Any]] = RangeManager()
 
     def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
         check_pinnable(tensor, make_copy)
@@ -60,15 +60,18 @@ class NativeBackend(PinBackend):
         weakref.finalize(block, self._forget, block.address, size, owner)
         return block
 
-    def _forget(self, start: int, size: int, owner: weakref.ref) -> None:
+    def _forget(self, start: int, size: int, owner: weakref.ref[Any]) -> None:
         # The last view died and the block freed its memory; uncount it unless unpin_memory did.
         if self._ranges.remove(start, owner):
             ACCOUNT.remove(self.name, size)
 
-    def _live_block(self, extent: tuple[int, int] | None) -> tuple[int, weakref.ref, Any] | None:
+    def _live_block(self, extent: tuple[int, int] | None) -> tuple[int, weakref.ref[Any], Any] | None:
         found = self._ranges.find(*extent) if extent else None
-        block = found[1]() if found else None  # None while a dying block awaits _forget
-        return (found[0], found[1], block) if block is not None else None
+        if found is None:
+            return None
+        start, owner = found
+        block = owner()  # None while a dying block awaits _forget
+        return (start, owner, block) if block is not None else None
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         extent = host_extent(tensor)

@@ -66,7 +66,7 @@ def missing_prerequisites() -> list[str]:
 
     _find_pip_ninja()
     missing = []
-    compiler = get_cxx_compiler()
+    compiler: str = get_cxx_compiler()  # unannotated in torch: mypy.ini's untyped_calls_exclude
     if shutil.which(compiler) is None:
         missing.append(f"a C++ compiler ({compiler!r} is not on PATH: install g++ or set CXX)")
     if not is_ninja_available():

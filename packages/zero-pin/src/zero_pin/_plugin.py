@@ -1,9 +1,9 @@
 """Hook implementations of zero-pin, loaded through the `zero` entry point; imports no torch at module level."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from zero_plugins import hookimpl
+from zero_plugins import CommandTable, hookimpl
 
 
 @hookimpl
@@ -17,7 +17,7 @@ def zero_register_pin_backends(register: Callable[[str, type], None]) -> None:
 
 
 @hookimpl
-def zero_register_commands(cli: Any) -> None:
+def zero_register_commands(cli: CommandTable) -> None:
     from . import _cli
 
     cli.add_command("pin", help="build the native pin op, or check the pin backends and memlock limit",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from zero_plugins import NamedRegistry, get_plugin_manager
 
@@ -30,7 +30,17 @@ _instances: dict[tuple[str, type[PinBackend]], PinBackend] = {}
 # Looking a name up calls every plugin's hook (~0.1 ms) and pin_memory / is_pinned run per
 # tensor, so a resolved name is remembered until the set of registered plugins changes.
 _resolved: dict[str, PinBackend] = {}
-_resolved_for: list = []
+_resolved_for: list[tuple[str, object]] = []
+
+
+class BackendStatus(TypedDict):
+    """One row of backend_statuses()."""
+
+    name: str
+    available: bool
+    reason: str
+    distribution: str
+    selected: bool
 
 
 def selected_name() -> str:
@@ -64,10 +74,10 @@ def available_backends() -> dict[str, type[PinBackend]]:
     return {name: registration.cls for name, registration in sorted(REGISTRY.registrations().items())}
 
 
-def backend_statuses() -> list[dict]:
+def backend_statuses() -> list[BackendStatus]:
     """One row per registered backend: name, available, reason, distribution, selected. Builds nothing."""
     selected = selected_name()
-    rows = []
+    rows: list[BackendStatus] = []
     for name, registration in sorted(REGISTRY.registrations().items()):
         try:
             available, reason = registration.cls.available()

@@ -31,8 +31,9 @@ def host_extent(tensor: torch.Tensor) -> tuple[int, int] | None:
             or tensor.device.type != "cpu" or holds_no_data(tensor)):
         return None
     # From the storage: data_ptr() is 0 for an empty tensor, even a slice of pinned memory.
-    start = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
+    # int(): sizes may be typed SymInt, but a tensor with host memory has concrete ones.
+    start = tensor.untyped_storage().data_ptr() + int(tensor.storage_offset()) * tensor.element_size()
     if tensor.numel() == 0:
         return start, start
-    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    last = sum((int(size) - 1) * int(stride) for size, stride in zip(tensor.shape, tensor.stride()))
     return start, start + (last + 1) * tensor.element_size()

@@ -1,6 +1,8 @@
 """Plugin machinery shared by the zero-* packages (pluggy project and entry-point group `zero`)."""
+from ._commands import AddArguments, CommandTable, RunCommand
 from ._distribution import Provenance
 from ._errors import PluginError, ZeroError
+from ._hooks import plain_hookimpls
 from ._lazy import lazy_exports
 from ._listing import PluginInfo, plugin_infos
 from ._manager import (
@@ -17,7 +19,9 @@ from ._output import CommandResult, format_table
 from .__about__ import __version__
 
 __all__ = [
+    "AddArguments",
     "CommandResult",
+    "CommandTable",
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
@@ -26,6 +30,7 @@ __all__ = [
     "PluginInfo",
     "Provenance",
     "Registration",
+    "RunCommand",
     "ZeroError",
     "__version__",
     "disabled_plugin_names",
@@ -33,8 +38,9 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
     "installed_zero_distributions",
-    "lazy_exports",
     "hookspec",
+    "lazy_exports",
+    "plain_hookimpls",
     "plugin_infos",
     "reset_plugin_manager",
     "use_hookspecs",

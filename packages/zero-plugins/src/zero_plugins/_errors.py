@@ -10,4 +10,5 @@ class ZeroError(Exception):
 
 
 class PluginError(ZeroError):
-    """An unknown plugin name, a duplicate registration or a plugin of the wrong type."""
+    """An unknown plugin name, a duplicate registration, a plugin of the wrong type, or a hook
+    implemented as a wrapper (zero calls its hooks directly, so a wrapper would never run)."""

@@ -15,7 +15,7 @@ class PluginInfo:
     version: str
     enabled: bool
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -19,7 +19,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 class CommandResult:
     """What a `zero` subcommand produced: `data` is printed for --json, `text` otherwise.
 
-    It lives here, not in zero-cli, so packages below zero-cli can return it.
+    It lives here, not in zero-cli, so packages that may not import zero-cli (every other one) can return it.
     """
 
     data: Any

@@ -16,6 +16,7 @@ from typing import Callable, Generic, TypeVar
 
 from ._distribution import Provenance, provenance
 from ._errors import PluginError
+from ._hooks import plain_hookimpls
 from ._manager import use_hookspecs
 
 T = TypeVar("T")
@@ -32,6 +33,10 @@ class NamedRegistry(Generic[T]):
     """Collects implementations of `base` registered through `hook_name`.
 
     kind:     what is registered, for messages ("accelerator", "pin backend").
+    base:     the class every registration must subclass; the registry's T. It is typed
+              `type`, not `type[T]`, because mypy accepts no abstract class for `type[T]`
+              and bases are ABCs, so declare T where the registry is made:
+              `REGISTRY: NamedRegistry[PinBackend] = NamedRegistry(..., base=PinBackend, ...)`.
     env_var:  the variable that selects one by name.
     """
 
@@ -41,7 +46,7 @@ class NamedRegistry(Generic[T]):
         kind: str,
         hook_name: str,
         hookspecs: ModuleType | type,
-        base: type[T],
+        base: type,
         env_var: str,
     ) -> None:
         self.kind = kind
@@ -53,8 +58,7 @@ class NamedRegistry(Generic[T]):
     def registrations(self) -> dict[str, Registration[T]]:
         manager = use_hookspecs(self.hookspecs)
         found: dict[str, Registration[T]] = {}
-        hook = getattr(manager.hook, self.hook_name)
-        for impl in hook.get_hookimpls():
+        for impl in plain_hookimpls(manager, self.hook_name):
             provider = provenance(manager, impl.plugin_name)
             impl.function(register=self._register_into(found, provider))
         return found

@@ -17,7 +17,9 @@ from ..comm import Collectives
 from ..config import ConfigError
 from ..memory import MemoryLedger
 from ..sharding import (
+    COMPUTE_DTYPES,
     BuildContext,
+    StateHomes,
     GradReducer,
     OptimizerFactory,
     ParamGroup,
@@ -35,11 +37,10 @@ from ..sharding import (
 )
 from ..stage3 import build_stage3_state
 from ._engine import EngineParts, ZeroEngine
+from ._offload import open_offload_devices
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
-
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 StateBuilder = Callable[[torch.nn.Module, list[ParamGroup], BuildContext], ShardedState]
 
@@ -54,10 +55,9 @@ def assemble_engine(
     collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> ZeroEngine:
     policy = policy_for(config.zero_optimization)
-    _check_placements(policy, config)
     accelerator = get_accelerator()
     device = accelerator.device(accelerator.current_device())
-    dtype = DTYPES[config.compute_dtype]
+    dtype = COMPUTE_DTYPES[config.compute_dtype]
     if dtype not in accelerator.supported_dtypes():
         raise ConfigError(f"{config.compute_dtype}.enabled",
                           f"the {accelerator.name} accelerator does not support {config.compute_dtype}")
@@ -66,13 +66,16 @@ def assemble_engine(
     name_parameters(model)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
+    offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
+    homes = StateHomes(device, ledger, offload.optimizer, offload.parameters)
     order = {id(p): index for index, p in enumerate(model.parameters())}
-    context = BuildContext(config, policy, comm, ledger, device, dtype, order)
+    context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)
     inner = build_optimizer(config.optimizer, optimizer,
-                            [{"params": g.master.tensors, **g.options} for g in state.groups])
+                            [{"params": g.master.tensors, **g.options} for g in state.groups],
+                            offload.optimizer.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
-                                   policy, fp16=dtype == torch.float16, ledger=ledger)
+                                   policy, fp16=dtype == torch.float16, ledger=ledger, homes=homes)
     reducer = GradReducer(state.buckets, comm, policy.grad_reduction, bool(config.zero_optimization.overlap_comm),
                           ledger)
     loader = None
@@ -86,13 +89,3 @@ def assemble_engine(
 
 def _state_builder(policy: StagePolicy) -> StateBuilder:
     return build_stage3_state if policy.shards_parameters else build_flat_state
-
-
-def _check_placements(policy: StagePolicy, config: ZeroConfig) -> None:
-    zero = config.zero_optimization
-    for copy, block, key in (("parameters", zero.offload_param, "offload_param"),
-                             ("optimizer_state", zero.offload_optimizer, "offload_optimizer")):
-        if copy in policy.offloaded and block is not None:
-            raise ConfigError(f"zero_optimization.{key}.device",
-                              f"{block.device!r} offload is not available in this version of zero-core; "
-                              "set it to \"none\"")

@@ -1,7 +1,8 @@
 """Memory accounting: the storage tracker and the engine's ledger."""
 from .active import active_tracker
 from .ledger import CATEGORIES, MemoryLedger
+from .placement import Placement, location
 from .report import MemoryReport
 from .tracker import StorageTracker
 
-__all__ = ["CATEGORIES", "MemoryLedger", "MemoryReport", "StorageTracker", "active_tracker"]
+__all__ = ["CATEGORIES", "MemoryLedger", "MemoryReport", "Placement", "StorageTracker", "active_tracker", "location"]

@@ -1,6 +1,7 @@
-"""The memory ledger: bytes held by the engine, by category, current and peak, per device.
+"""The memory ledger: bytes held by the engine, by category, current and peak, per location.
 
-Engine-owned buffers are registered under a category when they are allocated. Each
+Engine-owned buffers are registered under a category, and a location (the device, host
+memory pinned or not, or NVMe; see placement.py), when they are allocated. Each
 storage is counted once (views share their base's storage) and uncounted when a weak
 reference says it died, so the figures follow the real lifetime of the memory, not the
 engine's intentions. With tracking on, a StorageTracker sees every other storage made
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .placement import Placement, location
 from .report import CommCount, MemoryReport
 from .tracker import StorageTracker
 
@@ -33,7 +35,6 @@ CATEGORIES: tuple[str, ...] = (
     "optim.master",
     "optim.grad",
     "optim.state",
-    "pinned.host",
     "swap.buffer",
     "activations",
     "other",
@@ -48,12 +49,16 @@ _ACTIVATION_PHASES = frozenset({"forward", "backward"})
 class _Entry:
     ref: weakref.ref
     category: str
-    device: str
+    location: str
     nbytes: int
 
 
 class MemoryLedger:
-    """Current and peak bytes per (device, category), plus bytes sent through collectives."""
+    """Current and peak bytes per (location, category), plus bytes sent through collectives.
+
+    A location is the device type ("cpu", "cuda") for memory on the device, "host" or
+    "host.pinned" for offloaded host memory, "nvme" for swap files.
+    """
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
@@ -67,43 +72,42 @@ class MemoryLedger:
         self._phase = "idle"
 
     # --- engine-owned buffers ---
-    def register(self, tensor: torch.Tensor, category: str) -> torch.Tensor:
-        """Count `tensor`'s storage under `category` until it dies; a storage already counted is left as is.
+    def register(self, tensor: torch.Tensor, category: str, placement: Placement = Placement.DEVICE,
+                 pinned: bool = False) -> torch.Tensor:
+        """Count `tensor`'s storage under `category` at its location until it dies; a storage already
+        counted is left as is.
 
-        A storage first seen by the tracker (as activations/other) moves to `category`.
+        A storage first seen by the tracker (as activations/other) moves to `category` and the location.
         """
         _check_category(category)
         if tensor.device.type == "meta":
             return tensor
         storage = tensor.untyped_storage()
+        where = location(placement, tensor.device.type, pinned)
         entry = self._entries.get(storage._cdata)
         if entry is not None and entry.ref() is storage:
             if entry.category in UNOWNED and category not in UNOWNED:
-                self._move(entry, category)
+                self._move(entry, category, where)
             return tensor
-        self._add(storage, tensor.device.type, category)
+        self._add(storage, where, category)
         return tensor
 
-    def new(self, category: str, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def new(self, category: str, make: Callable[[], torch.Tensor], placement: Placement = Placement.DEVICE,
+            pinned: bool = False) -> torch.Tensor:
         """Run `make()` (one allocation) and register its result; while tracking, its storage is labelled at birth."""
         previous, self._label = self._label, category
         try:
             tensor = make()
         finally:
             self._label = previous
-        return self.register(tensor, category)
+        return self.register(tensor, category, placement, pinned)
 
     def relabel(self, storage: torch.UntypedStorage, category: str) -> None:
         """Move a counted storage to another category (stage 3 files gathered weights found still alive as held)."""
         _check_category(category)
         entry = self._entries.get(storage._cdata)
         if entry is not None and entry.ref() is storage:
-            self._move(entry, category)
-
-    def category_of(self, tensor: torch.Tensor) -> str | None:
-        storage = tensor.untyped_storage()
-        entry = self._entries.get(storage._cdata)
-        return entry.category if entry is not None and entry.ref() is storage else None
+            self._move(entry, category, entry.location)
 
     # --- communication ---
     def count_comm(self, op: str, payload_bytes: int, sent_bytes: int) -> None:
@@ -112,9 +116,6 @@ class MemoryLedger:
         count.calls += 1
         count.payload_bytes += payload_bytes
         count.sent_bytes += sent_bytes
-
-    def comm_sent_bytes(self) -> int:
-        return sum(count.sent_bytes for count in self._comm.values())
 
     # --- tracking anonymous storages ---
     @property
@@ -143,72 +144,82 @@ class MemoryLedger:
         finally:
             self._phase = previous
 
-    # --- figures ---
-    def current(self, category: str, device: str = "cpu") -> int:
-        return self._current[device][category]
+    # --- figures, per location ("cpu" is the CPU accelerator's device memory) ---
+    def current(self, category: str, location: str = "cpu") -> int:
+        return self._current[location][category]
 
-    def peak(self, category: str, device: str = "cpu") -> int:
-        return self._peak[device][category]
+    def peak(self, category: str, location: str = "cpu") -> int:
+        return self._peak[location][category]
 
-    def total(self, device: str = "cpu") -> int:
-        return self._total[device]
+    def total(self, location: str = "cpu") -> int:
+        return self._total[location]
 
-    def total_peak(self, device: str = "cpu") -> int:
-        return self._total_peak[device]
+    def total_peak(self, location: str = "cpu") -> int:
+        return self._total_peak[location]
+
+    def locations(self) -> list[str]:
+        """Every location that has held memory."""
+        return sorted(self._current)
 
     def reset_peaks(self) -> None:
-        for device, categories in self._current.items():
+        for where, categories in self._current.items():
             for category, value in categories.items():
-                self._peak[device][category] = value
-            self._total_peak[device] = self._total[device]
+                self._peak[where][category] = value
+            self._total_peak[where] = self._total[where]
 
     def report(self, pinned: dict | None = None) -> MemoryReport:
         memory = {}
-        for device in sorted(self._current):
+        for where in sorted(self._current):
             rows = {
-                category: {"current": self._current[device][category], "peak": self._peak[device][category]}
+                category: {"current": self._current[where][category], "peak": self._peak[where][category]}
                 for category in CATEGORIES
-                if self._peak[device][category] > 0
+                if self._peak[where][category] > 0
             }
-            rows["total"] = {"current": self._total[device], "peak": self._total_peak[device]}
-            memory[device] = rows
+            rows["total"] = {"current": self._total[where], "peak": self._total_peak[where]}
+            memory[where] = rows
         comm = {op: count.as_dict() for op, count in sorted(self._comm.items())}
         return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking)
 
     # --- bookkeeping ---
     def _on_new_storage(self, storage: torch.UntypedStorage, device: str) -> None:
+        # Storages the engine did not allocate (activations, temporaries) are on the device.
         entry = self._entries.get(storage._cdata)
         if entry is not None and entry.ref() is storage:
             return
         label = self._label or ("activations" if self._phase in _ACTIVATION_PHASES else "other")
         self._add(storage, device, label)
 
-    def _add(self, storage: torch.UntypedStorage, device: str, category: str) -> None:
+    def _add(self, storage: torch.UntypedStorage, where: str, category: str) -> None:
         key = storage._cdata
         nbytes = storage.nbytes()
         ref = weakref.ref(storage, lambda dead, key=key: self._on_free(key, dead))
-        self._entries[key] = _Entry(ref, category, device, nbytes)
-        self._change(device, category, nbytes)
-        self._total[device] += nbytes
-        self._total_peak[device] = max(self._total_peak[device], self._total[device])
+        self._entries[key] = _Entry(ref, category, where, nbytes)
+        self._change(where, category, nbytes)
+        self._change_total(where, nbytes)
 
-    def _move(self, entry: _Entry, category: str) -> None:
-        self._change(entry.device, entry.category, -entry.nbytes)
-        entry.category = category
-        self._change(entry.device, category, entry.nbytes)
+    def _move(self, entry: _Entry, category: str, where: str) -> None:
+        self._change(entry.location, entry.category, -entry.nbytes)
+        self._change_total(entry.location, -entry.nbytes)
+        entry.category, entry.location = category, where
+        self._change(where, category, entry.nbytes)
+        self._change_total(where, entry.nbytes)
+
+    def _change_total(self, where: str, delta: int) -> None:
+        self._total[where] += delta
+        self._total_peak[where] = max(self._total_peak[where], self._total[where])
 
     def _on_free(self, key: int, dead: weakref.ref) -> None:
         entry = self._entries.get(key)
         if entry is None or entry.ref is not dead:
             return
         del self._entries[key]
-        self._change(entry.device, entry.category, -entry.nbytes)
-        self._total[entry.device] -= entry.nbytes
+        self._change(entry.location, entry.category, -entry.nbytes)
+        self._total[entry.location] -= entry.nbytes
 
-    def _change(self, device: str, category: str, delta: int) -> None:
-        current = self._current[device]
+    def _change(self, where: str, category: str, delta: int) -> None:
+        current = self._current[where]
         current[category] += delta
-        peak = self._peak[device]
+        peak = self._peak[where]
         peak[category] = max(peak[category], current[category])
 
 

@@ -1,4 +1,4 @@
-"""What `engine.memory_report()` returns: a dict per device, printable as a plain table."""
+"""What `engine.memory_report()` returns: a dict per location, printable as a plain table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +20,10 @@ class CommCount:
 
 
 class MemoryReport(dict):
-    """`{device: {category: {"current": bytes, "peak": bytes}, ..., "total": {...}}}`.
+    """`{location: {category: {"current": bytes, "peak": bytes}, ..., "total": {...}}}`.
+
+    A location is the device type ("cpu", "cuda") for device memory, or "host",
+    "host.pinned", "nvme" for offloaded copies.
 
     `.comm` holds the collectives (`{op: {"calls", "payload_bytes", "sent_bytes"}}`) and
     `.pinned` zero-pin's process-wide pinned host memory, when known. `str()` is a table.
@@ -43,12 +46,12 @@ class MemoryReport(dict):
 
     def __str__(self) -> str:
         rows = [
-            (device, category, _size(figures["current"]), _size(figures["peak"]))
-            for device, categories in self.items()
+            (where, category, _size(figures["current"]), _size(figures["peak"]))
+            for where, categories in self.items()
             for category, figures in categories.items()
         ]
         note = "" if self.tracked else " (engine-owned buffers only: tracking is off, so activations are not counted)"
-        parts = [f"memory ledger{note}", format_table(["device", "category", "current", "peak"], rows)]
+        parts = [f"memory ledger{note}", format_table(["location", "category", "current", "peak"], rows)]
         if self.pinned is not None:
             total = self.pinned["total"]
             parts.append(f"pinned host memory (process-wide): {_size(total['current'])} now, peak {_size(total['peak'])}")

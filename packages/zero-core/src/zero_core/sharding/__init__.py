@@ -8,6 +8,7 @@ stage's builder takes. Stage 3 (zero_core.stage3) builds on these; the engine
 from ._bucket import LayoutBucket, ReduceBucket, WholeGradBucket
 from ._build_optimizer import OptimizerFactory, build_optimizer
 from ._build_steps import (
+    COMPUTE_DTYPES,
     BuildContext,
     broadcast_initial_weights,
     build_dataloader,
@@ -26,13 +27,15 @@ from ._names import name_parameters, param_name
 from ._optimizer import ZeroOptimizer
 from ._packed_bucket import PackedBucket, pack_buckets
 from ._param_groups import ParamGroup, frozen_params, resolve_param_groups
-from ._policy import STAGE_POLICIES, GradReduction, Placement, Residence, StagePolicy, policy_for
+from ._homes import StateHomes
+from ._policy import STAGE_POLICIES, GradReduction, Residence, StagePolicy, policy_for
 from ._reducer import GradReducer
 from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
 from ._storage import FlatStorage
 
 __all__ = [
+    "COMPUTE_DTYPES",
     "STAGE_POLICIES",
     "BuildContext",
     "DynamicLossScaler",
@@ -48,12 +51,12 @@ __all__ = [
     "OptimizerFactory",
     "PackedBucket",
     "ParamGroup",
-    "Placement",
     "ReduceBucket",
     "Residence",
     "ShardPiece",
     "ShardedGroup",
     "ShardedState",
+    "StateHomes",
     "Slot",
     "StagePolicy",
     "TrainingPasses",

@@ -87,7 +87,7 @@ class LayoutBucket:
 
     def complete(self, buffer: torch.Tensor, rank: int) -> None:
         lo, hi = self.layout.shard_range(rank)
-        self.grads.get(self.index).add_(buffer[lo:hi])
+        self.grads.accumulate(self.index, buffer[lo:hi])
 
     def take_grad(self, index: int, param: torch.nn.Parameter) -> None:
         self.grads.take(self.index, index, param)

@@ -4,7 +4,12 @@ Config names follow DeepSpeed: `Adam` is AdamW (decoupled weight decay) unless
 `adam_w_mode: false`, `AdamW` is AdamW, `SGD` is SGD, and any other torch.optim class is
 found by name. Adam's weight decay defaults to 0, as in DeepSpeed's fused Adam (torch's
 AdamW would default to 0.01). DeepSpeed-only kernel switches (`torch_adam`,
-`fp32_optimizer_states`) are accepted and have nothing to switch: the step is always torch's.
+`fp32_optimizer_states`) are accepted and have nothing to switch: the step is torch's.
+
+When the optimizer state is offloaded, the offload device supplies a CPU optimizer for the
+config's type (zero-offload's CPUAdam, CPUAdagrad, CPULion), as DeepSpeed picks
+DeepSpeedCPUAdam; it takes DeepSpeed's CPU-optimizer arguments (`adamw_mode`, `bias_correction`).
+`torch_adam: true` keeps torch's optimizer there too, as in DeepSpeed.
 """
 from __future__ import annotations
 
@@ -23,14 +28,17 @@ if TYPE_CHECKING:
 
 _KERNEL_SWITCHES = ("torch_adam", "fp32_optimizer_states")
 OptimizerFactory = Callable[[list[dict[str, Any]]], torch.optim.Optimizer]
+CpuOptimizers = Callable[[str], "type[torch.optim.Optimizer] | None"]
 
 
 def build_optimizer(
     config: OptimizerConfig | None,
     client: torch.optim.Optimizer | OptimizerFactory | None,
     groups: list[dict[str, Any]],
+    cpu_optimizers: CpuOptimizers | None = None,
 ) -> torch.optim.Optimizer:
-    """`groups` are param-group dicts whose "params" are the master tensors."""
+    """`groups` are param-group dicts whose "params" are the master tensors; `cpu_optimizers` names
+    the offload device's CPU optimizer for a config type, when the optimizer state is offloaded."""
     if isinstance(client, torch.optim.Optimizer):
         if config is not None:
             warnings.warn("a client optimizer was passed, so the config's optimizer block is ignored (as in DeepSpeed)",
@@ -45,8 +53,31 @@ def build_optimizer(
         return optimizer
     if config is None:
         raise ZeroError("no optimizer: pass optimizer= to initialize, or add an optimizer block to the config")
+    cpu_class = cpu_optimizers(config.type.lower()) if cpu_optimizers is not None else None
+    if cpu_class is not None and config.params.get("torch_adam") is not True:  # DeepSpeed's switch back to torch
+        return cpu_class(groups, **_cpu_arguments(config, cpu_class))
     cls, kwargs = _from_config(config)
     return cls(groups, **kwargs)
+
+
+def _cpu_arguments(config: OptimizerConfig, cls: type[torch.optim.Optimizer]) -> dict[str, Any]:
+    """The config's params as DeepSpeed's CPU optimizers take them (`adam_w_mode` is their `adamw_mode`)."""
+    params = dict(config.params)
+    if "max_grad_norm" in params:
+        raise ConfigError("optimizer.params.max_grad_norm", "is not an optimizer parameter; set gradient_clipping instead")
+    params.pop("torch_adam", None)
+    if config.type.lower() in ("adam", "adamw"):
+        adamw_mode = params.pop("adam_w_mode", True)
+        params["adamw_mode"] = True if config.type.lower() == "adamw" else adamw_mode
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "params", "model_params")]
+    for key in params:
+        if key not in accepted:
+            raise ConfigError(f"optimizer.params.{key}",
+                              f"is not a parameter of {cls.__module__}.{cls.__name__}, which steps the offloaded "
+                              f"optimizer state (it takes {', '.join(accepted)})")
+    if isinstance(params.get("betas"), list):
+        params["betas"] = tuple(params["betas"])
+    return params
 
 
 def _repoint(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:

@@ -13,11 +13,15 @@ import torch.utils.data as data
 
 from ..comm import Collectives
 from ..memory import MemoryLedger
+from ._homes import StateHomes
 from ._policy import StagePolicy
 from ._schedulers import build_scheduler
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
+
+
+COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class BuildContext:
     device: torch.device
     dtype: torch.dtype
     order: dict[int, int]  # id(param) -> its position in model.parameters(); gradients arrive roughly in reverse
+    homes: StateHomes  # allocates each copy where the policy places it
 
     @property
     def rank(self) -> int:

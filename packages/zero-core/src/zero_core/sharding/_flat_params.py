@@ -49,5 +49,8 @@ class FlatParams:
         start = self.starts[index]
         return self.buffer[start + lo : start + hi]
 
+    def is_offloaded(self, index: int) -> bool:
+        return False
+
     def replicated(self) -> list[int]:
         return list(range(len(self.layouts)))

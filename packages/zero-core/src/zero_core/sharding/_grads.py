@@ -10,6 +10,11 @@ A bucket's tensor is allocated when backward first produces a gradient for it an
 after the step (`release`, DeepSpeed's and torch's `zero_grad(set_to_none=True)`), so no
 gradient memory is held during forward, when activations peak. `owned(i)` is the part of
 bucket i that this rank's optimizer step reads.
+
+With the optimizer offloaded, partitions are fp32 at the offload device, where the step
+reads them (`lands_at_optimizer`): reduced gradients are added there during backward, and
+the buffers persist and are zeroed after the step, since pinned host memory is costly to
+allocate again every step.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..memory import MemoryLedger
+from ._homes import StateHomes
 from ._layout import FlatLayout
 from ._master import owned_range
 from ._policy import StagePolicy
@@ -30,16 +35,16 @@ class GradBuckets:
         rank: int,
         policy: StagePolicy,
         dtype: torch.dtype,
-        device: torch.device,
-        ledger: MemoryLedger,
+        homes: StateHomes,
     ) -> None:
         self.partitioned = policy.shards_gradients
+        self.lands_at_optimizer = self.partitioned and homes.optimizer_offloaded
         self._layouts = list(layouts)
         self._rank = rank
         self._sharded_steps = policy.shards_optimizer_state
         self.dtype = dtype
-        self.device = device
-        self._ledger = ledger
+        self.device = homes.device
+        self._homes = homes
         self._tensors: list[torch.Tensor | None] = [None] * len(self._layouts)
         self._views: list[list[torch.Tensor]] = [[] for _ in self._layouts]
 
@@ -48,13 +53,19 @@ class GradBuckets:
         tensor = self._tensors[index]
         if tensor is None:
             layout = self._layouts[index]
-            numel = layout.shard_numel if self.partitioned else layout.padded_numel
-            category = "grad.partition" if self.partitioned else "grad.full"
-            tensor = self._ledger.new(category, lambda: torch.zeros(numel, dtype=self.dtype, device=self.device))
-            self._tensors[index] = tensor
-            if not self.partitioned:
+            if self.partitioned:
+                tensor = self._homes.grad_partition(layout.shard_numel, self.dtype)
+            else:
+                numel = layout.padded_numel
+                tensor = self._homes.ledger.new(
+                    "grad.full", lambda: torch.zeros(numel, dtype=self.dtype, device=self.device))
                 self._views[index] = [tensor[s.offset : s.offset + s.numel].view(s.shape) for s in layout.slots]
+            self._tensors[index] = tensor
         return tensor
+
+    def accumulate(self, index: int, reduced: torch.Tensor) -> None:
+        """Add this rank's reduced slice of bucket `index`'s gradient (on the device) to its partition."""
+        self._homes.grads_to_optimizer(self.get(index), reduced, accumulate=True)
 
     def owned(self, index: int) -> torch.Tensor:
         if self.partitioned:
@@ -79,7 +90,11 @@ class GradBuckets:
                         slot.param.grad = view
 
     def release(self) -> None:
-        """Free every bucket (and drop `param.grad`), as `zero_grad(set_to_none=True)` does."""
+        """Free every bucket (and drop `param.grad`), as `zero_grad(set_to_none=True)` does; offloaded
+        partitions are zeroed instead."""
+        if self.lands_at_optimizer:
+            self.zero()
+            return
         for index, layout in enumerate(self._layouts):
             if self._tensors[index] is not None and not self.partitioned:
                 for slot in layout.slots:

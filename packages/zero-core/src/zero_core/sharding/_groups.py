@@ -33,12 +33,12 @@ def build_group(group: ParamGroup, context: BuildContext) -> ShardedGroup:
     parts = context.world_size if sharded else 1
     layouts = [FlatLayout(bucket, parts) for bucket in split_into_buckets(params, context.bucket_numel)]
     master = None
-    if context.dtype != torch.float32:
-        master = MasterParams.copy_of(layouts, context.rank, sharded, context.device, context.ledger)
+    if context.homes.master_is_copy(context.dtype):
+        master = MasterParams.copy_of(layouts, context.rank, sharded, context.homes)
     flat = FlatParams(layouts, context.dtype, context.device, context.ledger)
     if master is None:
         master = MasterParams.view_of(flat, context.rank, sharded)
-    grads = GradBuckets(layouts, context.rank, context.policy, context.dtype, context.device, context.ledger)
+    grads = GradBuckets(layouts, context.rank, context.policy, context.dtype, context.homes)
     return ShardedGroup(layouts, flat, master, grads, dict(group.options))
 
 

@@ -69,12 +69,10 @@ class FlatLayout:
             raise ValueError(f"rank {rank} is outside 0..{self.world_size - 1}")
         return rank * self.shard_numel, (rank + 1) * self.shard_numel
 
-    def shard_pieces(self, rank: int) -> list[ShardPiece]:
-        """The parameter pieces inside rank's shard, in order (padding is not covered by any piece)."""
-        return self.pieces_in(*self.shard_range(rank))
-
     def pieces_in(self, lo: int, hi: int) -> list[ShardPiece]:
-        """The parameter pieces inside [lo, hi) of the flat buffer; shard_offset counts from lo."""
+        """The parameter pieces inside [lo, hi) of the flat buffer, in order; shard_offset counts from lo.
+
+        Padding is covered by no piece."""
         pieces = []
         for slot in self.slots:
             start = max(lo, slot.offset)

@@ -3,7 +3,8 @@
 A rank owns a whole bucket at stage 0 and its shard of each bucket from stage 1 on
 (`owned_range`). With 16-bit compute the master is a copy, taken from the parameters'
 original values so no precision is lost to the cast; with fp32 compute it is a view of the
-flat parameters themselves, so the optimizer updates them in place and no copy exists.
+flat parameters themselves, so the optimizer updates them in place and no copy exists,
+unless the optimizer is offloaded: then the master is always a copy at the offload device.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from ..memory import MemoryLedger
+from ._homes import StateHomes
 from ._layout import FlatLayout
 from ._storage import FlatStorage
 
@@ -25,16 +27,15 @@ class MasterParams:
         self.tensors = tensors
         self.ranges = ranges
         self.is_view = is_view
+        self._step_grads: list[torch.Tensor] | None = None  # offloaded optimizer: where whole gradients land
 
     @classmethod
-    def copy_of(
-        cls, layouts: Sequence[FlatLayout], rank: int, sharded: bool, device: torch.device, ledger: MemoryLedger
-    ) -> MasterParams:
+    def copy_of(cls, layouts: Sequence[FlatLayout], rank: int, sharded: bool, homes: StateHomes) -> MasterParams:
         """fp32 copies of the owned elements, read from the parameters before they are flattened."""
         tensors, ranges = [], []
         for layout in layouts:
             lo, hi = owned_range(layout, rank, sharded)
-            master = ledger.new("optim.master", lambda: torch.zeros(hi - lo, dtype=torch.float32, device=device))
+            master = homes.master(hi - lo)
             for piece in layout.pieces_in(lo, hi):
                 source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
                 master[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
@@ -48,8 +49,21 @@ class MasterParams:
         tensors = [flat.owned(i, lo, hi) for i, (lo, hi) in enumerate(ranges)]
         return cls(tensors, ranges, is_view=True)
 
-    def load_grads(self, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger) -> None:
-        """Give each master tensor its fp32 gradient, unscaled; a 16-bit gradient is copied (`optim.grad`)."""
+    def load_grads(self, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger, homes: StateHomes,
+                   in_place: bool) -> None:
+        """Give each master tensor its fp32 gradient, unscaled.
+
+        `in_place`: the gradients already are fp32 where the step runs (an offloaded partition). Else
+        an offloaded optimizer copies them into its persistent buffers, and on the device an fp32
+        gradient is used as it is and a 16-bit one is copied (`optim.grad`, for the step only).
+        """
+        if homes.optimizer_offloaded and not in_place:
+            if self._step_grads is None:
+                self._step_grads = [homes.step_grads(master.numel()) for master in self.tensors]
+            for target, grad in zip(self._step_grads, grads):
+                homes.grads_to_optimizer(target, grad, accumulate=False)
+            homes.synchronize()
+            grads = self._step_grads
         for master, grad in zip(self.tensors, grads):
             if grad.dtype == torch.float32:
                 master.grad = grad.mul_(inv_scale) if inv_scale != 1.0 else grad
@@ -62,9 +76,9 @@ class MasterParams:
         for master in self.tensors:
             master.grad = None
 
-    def write_back(self, flat: FlatStorage) -> None:
+    def write_back(self, flat: FlatStorage, homes: StateHomes) -> None:
         """Copy the updated master into the compute-dtype parameters (nothing to do for a view)."""
         if self.is_view:
             return
         for index, (master, (lo, hi)) in enumerate(zip(self.tensors, self.ranges)):
-            flat.owned(index, lo, hi).copy_(master)
+            homes.master_to_params(flat.owned(index, lo, hi), master, flat.is_offloaded(index))

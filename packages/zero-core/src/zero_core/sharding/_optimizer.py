@@ -18,6 +18,7 @@ import torch
 from ..comm import Collectives
 from ..memory import MemoryLedger
 from ._groups import ShardedGroup
+from ._homes import StateHomes
 from ._loss_scaler import LossScaler
 from ._policy import StagePolicy
 
@@ -35,6 +36,7 @@ class ZeroOptimizer:
         policy: StagePolicy,
         fp16: bool,
         ledger: MemoryLedger,
+        homes: StateHomes,
     ) -> None:
         self.optimizer = optimizer
         self.groups = groups
@@ -44,8 +46,10 @@ class ZeroOptimizer:
         self._global_grad_norm: float | None = None
         self._comm = comm
         self._sharded = policy.shards_optimizer_state
+        self._state_residence = policy.optimizer_state
         self._fp16 = fp16
         self._ledger = ledger
+        self._homes = homes
 
     # --- what DeepSpeed's ZeRO optimizer exposes ---
     @property
@@ -83,6 +87,7 @@ class ZeroOptimizer:
     def step(self) -> bool:
         """Step with the reduced gradients; False when an fp16 overflow skipped it."""
         scale = self.loss_scaler.scale
+        self._homes.synchronize()  # gradients copied to an offloaded optimizer during backward
         scaled_norm = self._scaled_grad_norm()
         self._global_grad_norm = scaled_norm / scale
         self.overflow = self._fp16 and not math.isfinite(scaled_norm)
@@ -98,19 +103,25 @@ class ZeroOptimizer:
                 combined *= clip
         for group in self.groups:
             owned = [group.grads.owned(index) for index in range(len(group.grads))]
-            group.master.load_grads(owned, 1.0 / combined, self._ledger)
-            group.grads.release()  # the master holds its own fp32 copy now: free the 16-bit one before the step
+            in_place = group.grads.lands_at_optimizer
+            group.master.load_grads(owned, 1.0 / combined, self._ledger, self._homes, in_place)
+            if not in_place:
+                group.grads.release()  # the master holds its own fp32 copy now: free the 16-bit one before the step
         self.optimizer.step()
         for group in self.groups:
             group.master.clear_grads()
-            group.master.write_back(group.flat)
+            if group.grads.lands_at_optimizer:
+                group.grads.release()  # zeroed for the next accumulation
+            group.master.write_back(group.flat, self._homes)
+        self._homes.synchronize()
         if self._sharded:
             self._all_gather_params()
         self.loss_scaler.update(False)
+        residence = self._state_residence
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    self._ledger.register(value, "optim.state")
+                    self._ledger.register(value, "optim.state", residence.placement, pinned=False)
         return True
 
     def get_global_grad_norm(self) -> float | None:
@@ -123,6 +134,7 @@ class ZeroOptimizer:
             return 0.0
         squares = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in owned]).square().sum()
         if self._sharded:
+            squares = squares.to(self._homes.device)  # offloaded gradients are on the host; collectives run on the device
             self._comm.all_reduce(squares)  # stage 0's gradients are already whole and equal on every rank
         return squares.sqrt().item()
 

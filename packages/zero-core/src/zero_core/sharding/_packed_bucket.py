@@ -64,7 +64,7 @@ class PackedBucket:
         base = rank * self._chunk
         for member, offset in zip(self.members, self._offsets):
             numel = member.layout.shard_numel
-            member.grads.get(member.index).add_(buffer[base + offset : base + offset + numel])
+            member.grads.accumulate(member.index, buffer[base + offset : base + offset + numel])
 
 
 def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:

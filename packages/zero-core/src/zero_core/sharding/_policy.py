@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..memory import Placement
+
 if TYPE_CHECKING:
     from ..config import OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
 
@@ -23,14 +25,6 @@ class GradReduction(enum.Enum):
     ALL_REDUCE_AT_BOUNDARY = "all-reduce whole gradients at the accumulation boundary"
     REDUCE_SCATTER_AT_BOUNDARY = "reduce-scatter whole gradients at the accumulation boundary"
     REDUCE_SCATTER_EVERY_BACKWARD = "reduce-scatter in buckets during every backward, keeping only the partition"
-
-
-class Placement(enum.Enum):
-    """Where a copy of the training state lives."""
-
-    DEVICE = "device"
-    HOST = "host"
-    NVME = "nvme"
 
 
 @dataclass(frozen=True)

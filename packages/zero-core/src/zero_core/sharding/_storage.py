@@ -18,6 +18,10 @@ class FlatStorage(Protocol):
         """Elements [lo, hi) of layout `index` that this rank steps, 1-D."""
         ...
 
+    def is_offloaded(self, index: int) -> bool:
+        """Whether layout `index`'s owned elements live at an offload device (stage 3's offloaded partitions)."""
+        ...
+
     def replicated(self) -> list[int]:
         """Indices of the layouts every rank holds whole: all-gathered after each sharded step."""
         ...

@@ -38,7 +38,7 @@ from ._held import HeldMemoryDetector
 from ._hooks import ModuleHooks
 from ._params import Stage3Params
 from ._passes import GatheringPasses
-from ._unit import ParamUnit, shard_of, unit_of
+from ._unit import ParamUnit, fill_shard, unit_of
 
 
 def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], context: BuildContext) -> ShardedState:
@@ -90,11 +90,11 @@ def _build_units(
                 keys.setdefault(group_of.get(id(param)), []).append(param)
         for key, params in keys.items():
             master = None
-            if key is not None and dtype != torch.float32:
+            if key is not None and context.homes.master_is_copy(dtype):
                 layout = FlatLayout(params, comm.world_size)
-                master = ledger.new("optim.master", lambda: shard_of(layout, comm.rank, torch.float32, device))
+                master = fill_shard(context.homes.master(layout.shard_numel), layout, comm.rank)
             label = (name or "(root module)") + ("" if key is not None else " (frozen)")
-            unit = ParamUnit(label, params, comm, dtype, ledger, device)
+            unit = ParamUnit(label, params, comm, dtype, ledger, device, offload=context.homes.parameters)
             unit.master = master
             unit_by_param.update((id(p), unit) for p in params)
             if key is not None:
@@ -129,15 +129,15 @@ def _sharded_group(
     persistent = in_gradient_order(persistent, context)
     layouts = [FlatLayout(bucket, comm.world_size) for bucket in split_into_buckets(persistent, context.bucket_numel)]
     persistent_master = None
-    if dtype != torch.float32:
-        persistent_master = MasterParams.copy_of(layouts, comm.rank, True, device, ledger)
+    if context.homes.master_is_copy(dtype):
+        persistent_master = MasterParams.copy_of(layouts, comm.rank, True, context.homes)
     flat = Stage3Params(FlatParams(layouts, dtype, device, ledger) if layouts else None, units)
     if persistent_master is None:
         master = MasterParams.view_of(flat, comm.rank, True)
     else:
         ranges = [unit.layout.shard_range(comm.rank) for unit in units]
         master = MasterParams(persistent_master.tensors + masters, persistent_master.ranges + ranges, is_view=False)
-    grads = GradBuckets(flat.layouts, comm.rank, context.policy, dtype, device, ledger)
+    grads = GradBuckets(flat.layouts, comm.rank, context.policy, dtype, context.homes)
     return ShardedGroup(flat.layouts, flat, master, grads, dict(options))
 
 

@@ -1,20 +1,27 @@
 """`zero_core.Init`: build a model with its parameters partitioned as each module is created.
 
 Inside the block, the `__init__` of every nn.Module class is wrapped: when a module's
-outermost `__init__` returns, its own parameters (those above
-`stage3_param_persistence_threshold`) are broadcast from rank 0 and cut into one unit, of
-which this rank keeps its shard, in the parameters' own dtype so the engine's fp32 master
-is exact. So a rank holds at most one module's whole parameters at a time, plus its shards.
-`zero_core.initialize` later regroups the shards into its own units, one module at a time.
-Weights set by code that runs after construction (a Hugging Face `post_init`) must go
-through `GatheredParameters(..., modifier_rank=0)`.
+outermost `__init__` returns, its parameters (those above
+`stage3_param_persistence_threshold`, including any its code registered on submodules
+already built) are broadcast from rank 0 and cut into one unit, of which this rank keeps
+its shard, in the parameters' own dtype so the engine's fp32 master is exact.
+
+Code that touches parameters after their module was built (a Hugging Face `post_init`
+running `_init_weights` and `tie_weights`, a parent re-initialising a child) runs under
+`InitMode` (_init_mode.py), which gathers the touched unit first, so the model ends with
+exactly the weights eager construction gives it; the unit is stored (from rank 0) and freed
+when another unit is touched, when a module's construction starts or returns, and when the
+block ends. So a rank holds at most one module's whole parameters at a time, plus its
+shards. Units are named after their modules' fully qualified names once the outermost
+module is built. `zero_core.initialize` later regroups the shards into its own units, one
+module at a time. Weights changed after the block ends must go through
+`GatheredParameters(..., modifier_rank=0)`.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
-import time
-import weakref
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -23,10 +30,12 @@ import torch
 import torch.distributed as dist
 
 from ..accelerator import get_accelerator
-from ..config import load_config
 from ..comm import Collectives, ensure_process_group
+from ..config import load_config
 from ..memory import MemoryLedger
-from ._unit import ParamUnit, unit_of
+from ._init_mode import InitMode
+from ._init_names import ModelNames
+from ._init_units import InitUnits
 
 _state = threading.local()
 
@@ -53,26 +62,14 @@ class Init:
                              world_size=dist.get_world_size())
         self.threshold = loaded.zero_optimization.stage3_param_persistence_threshold
         self.ledger = MemoryLedger()  # the shards' memory until initialize takes them over
-        self._comm = Collectives(self.ledger)
-        self._device = accelerator.device(accelerator.current_device())
+        device = accelerator.device(accelerator.current_device())
+        self._units = InitUnits(Collectives(self.ledger), self.ledger, device, self.threshold)
+        self._names = ModelNames()
+        self._mode = InitMode(self._units, self._names)
         self._patched: list[tuple[type, Any]] = []
         if module is not None:
             for child in module.modules():
-                self.partition(child)
-
-    def partition(self, module: torch.nn.Module) -> None:
-        """Partition `module`'s own parameters that are still whole and above the threshold."""
-        params = [p for p in module._parameters.values()
-                  if p is not None and unit_of(p) is None and p.numel() > self.threshold]
-        with torch.no_grad():
-            for param in params:
-                if self._comm.world_size > 1:
-                    self._comm.broadcast(param.data)
-        whole = [weakref.ref(p.data.untyped_storage()) for p in params]
-        for dtype in dict.fromkeys(p.dtype for p in params):
-            same = [p for p in params if p.dtype == dtype]
-            ParamUnit(type(module).__name__, same, self._comm, dtype, self.ledger, self._device)
-        _await_release(whole)
+                self._units.partition(child)
 
     def __enter__(self) -> Init:
         if not self.enabled:
@@ -89,40 +86,64 @@ class Init:
                 init._wrap(cls)
 
         torch.nn.Module.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
+        self._mode.__enter__()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         if not self.enabled:
             return
-        for cls, original in reversed(self._patched):
-            cls.__init__ = original
-        self._patched.clear()
-        if self._original_init_subclass is None:
-            del torch.nn.Module.__init_subclass__
-        else:
-            torch.nn.Module.__init_subclass__ = self._original_init_subclass
+        self._mode.__exit__(kind, error, trace)
+        try:
+            if kind is None:
+                self._units.flush()
+            else:
+                self._units.release()
+        finally:
+            for cls, original in reversed(self._patched):
+                cls.__init__ = original
+            self._patched.clear()
+            if self._original_init_subclass is None:
+                del torch.nn.Module.__init_subclass__
+            else:
+                torch.nn.Module.__init_subclass__ = self._original_init_subclass
 
     def _wrap(self, cls: type) -> None:
         original = cls.__dict__["__init__"]
         init = self
 
+        @functools.wraps(original)  # keeps the signature and docstring that transformers' auto_docstring reads
         def wrapped(module: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
             depth = _depths().get(id(module), 0)
+            if depth == 0:
+                init._starting(module)
             _depths()[id(module)] = depth + 1
             try:
                 original(module, *args, **kwargs)
             finally:
                 if depth == 0:
                     del _depths()[id(module)]
+                    init._names.ended(module)
                 else:
                     _depths()[id(module)] = depth
             if depth == 0:  # the outermost __init__ of this module has returned: its parameters exist
-                init.partition(module)
+                init._built(module)
 
-        wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         cls.__init__ = wrapped
         self._patched.append((cls, original))
+
+    def _starting(self, module: torch.nn.Module) -> None:
+        with self._mode.paused():
+            self._units.flush()  # the new module's parameters will be whole: nothing else stays gathered
+        self._names.started(module)
+
+    def _built(self, module: torch.nn.Module) -> None:
+        with self._mode.paused():
+            self._units.flush()
+            for child in module.modules():  # its own parameters, and any it registered on built children
+                self._units.partition(child)
+            if not _depths():  # the outermost module is built: its names are final
+                self._names.root_finished(module, self._units.is_ours)
 
 
 def _depths() -> dict[int, int]:
@@ -139,16 +160,3 @@ def _subclasses(cls: type) -> list[type]:
                 found.append(sub)
                 stack.append(sub)
     return found
-
-
-def _await_release(storages: list[weakref.ref], timeout: float = 1.0) -> None:
-    """Give gloo a moment to drop the whole parameters it broadcast.
-
-    gloo's worker thread releases a communicated tensor shortly after the call returns; until
-    it does, the module's whole parameters stay alive and would overlap the next module's,
-    breaking the bound of one whole module at a time. The wait is bounded: a caller that
-    still holds a whole parameter itself only delays the build by `timeout`.
-    """
-    deadline = time.monotonic() + timeout
-    while any(ref() is not None for ref in storages) and time.monotonic() < deadline:
-        time.sleep(0.0005)

@@ -30,6 +30,10 @@ class Stage3Params:
             return self.persistent.owned(index, lo, hi)
         return self.units[index - count].shard
 
+    def is_offloaded(self, index: int) -> bool:
+        count = len(self.persistent_layouts)
+        return index >= count and self.units[index - count].offloaded
+
     def replicated(self) -> list[int]:
         return list(range(len(self.persistent_layouts)))
 

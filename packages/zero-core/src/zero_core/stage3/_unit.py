@@ -17,6 +17,7 @@ import torch
 
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
+from ..offload import OffloadDevice
 from ..sharding import FlatLayout
 
 
@@ -35,8 +36,13 @@ class ParamUnit:
         dtype: torch.dtype,
         ledger: MemoryLedger,
         device: torch.device,
+        offload: OffloadDevice | None = None,
     ) -> None:
-        """`params` must hold their full values now; they are read into this rank's shard, then emptied."""
+        """`params` must hold their full values now; they are read into this rank's shard, then emptied.
+
+        With `offload` (ds_config `offload_param`) the shard lives at the offload device between uses,
+        and each gather copies it to the device first.
+        """
         self.name = name
         self.layout = FlatLayout(params, comm.world_size)
         self.numel = self.layout.padded_numel
@@ -48,8 +54,14 @@ class ParamUnit:
         self.buffer: torch.Tensor | None = None
         self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
         self._work: Work | None = None
+        self._device = device
+        self._offload = offload
         self._empty = torch.empty(0, dtype=dtype, device=device)
-        self.shard = ledger.new("param.partition", lambda: shard_of(self.layout, comm.rank, dtype, device))
+        if offload is None:
+            self.shard = ledger.new("param.partition", lambda: shard_of(self.layout, comm.rank, dtype, device))
+        else:
+            self.shard = offload.allocate(self.layout.shard_numel, dtype, "param.partition", pin=True)
+            fill_shard(self.shard, self.layout, comm.rank)
         for slot in self.layout.slots:
             param = slot.param
             param.ds_numel = slot.numel  # DeepSpeed's names, read by zero-estimate and by users' code
@@ -62,15 +74,26 @@ class ParamUnit:
         return self.layout.params
 
     @property
+    def offloaded(self) -> bool:
+        return self._offload is not None
+
+    @property
     def gathered(self) -> bool:
         """The buffer exists (its all-gather may still be in flight)."""
         return self.state is not UnitState.PARTITIONED
 
     def start_gather(self) -> None:
         """Allocate the buffer and launch the all-gather of every rank's shard into it."""
-        numel, dtype, device = self.numel, self.dtype, self.shard.device
+        numel, dtype, device = self.numel, self.dtype, self._device
         self.buffer = self.ledger.new("param.gathered", lambda: torch.empty(numel, dtype=dtype, device=device))
-        self._work = self.comm.all_gather(self.buffer, self.shard, async_op=True)
+        own = self.shard
+        if self._offload is not None:
+            # This rank's part goes straight into its place in the buffer: the all-gather then runs in place.
+            lo, hi = self.layout.shard_range(self.comm.rank)
+            own = self.buffer[lo:hi]
+            self._offload.to_device(own, self.shard)
+            self._offload.synchronize()
+        self._work = self.comm.all_gather(self.buffer, own, async_op=True)
         self.state = UnitState.GATHERING
 
     def wait(self) -> None:
@@ -104,7 +127,11 @@ class ParamUnit:
     def store(self, source: torch.Tensor) -> None:
         """Take this rank's shard of `source` (the whole padded flat buffer) as the new partition."""
         lo, hi = self.layout.shard_range(self.comm.rank)
-        self.shard.copy_(source[lo:hi])
+        if self._offload is not None:
+            self._offload.to_host(self.shard, source[lo:hi], accumulate=False)
+            self._offload.synchronize()
+        else:
+            self.shard.copy_(source[lo:hi])
         if self.master is not None:
             self.master.copy_(self.shard)
 
@@ -115,7 +142,12 @@ class ParamUnit:
 def shard_of(layout: FlatLayout, rank: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Rank's shard of the layout's parameters (which hold full values now), padding zeroed."""
     lo, hi = layout.shard_range(rank)
-    shard = torch.zeros(hi - lo, dtype=dtype, device=device)
+    return fill_shard(torch.zeros(hi - lo, dtype=dtype, device=device), layout, rank)
+
+
+def fill_shard(shard: torch.Tensor, layout: FlatLayout, rank: int) -> torch.Tensor:
+    """Copy rank's part of the layout's parameters (which hold full values now) into a zeroed `shard`."""
+    lo, hi = layout.shard_range(rank)
     for piece in layout.pieces_in(lo, hi):
         source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
         shard[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)

@@ -1,0 +1,88 @@
+"""The interface of an offload device: where offloaded copies live and how they move.
+
+zero-core never imports an implementation: zero-offload registers `cpu` (and `nvme`)
+through the `zero_register_offload_devices` hook, a third party may register more, and
+the engine asks the registry for the device a ds_config names.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from ..memory import MemoryLedger, Placement
+
+if TYPE_CHECKING:
+    from ..accelerator import Accelerator
+    from ..config import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
+
+
+@dataclass(frozen=True)
+class OffloadSettings:
+    """What one offload device serves: a ds_config block (`offload_optimizer` or `offload_param`)."""
+
+    block: OffloadOptimizerConfig | OffloadParamConfig
+    block_path: str  # "zero_optimization.offload_optimizer", for messages
+    aio: AioConfig
+    accelerator: Accelerator
+    ledger: MemoryLedger
+    rank: int
+    local_world_size: int  # ranks sharing this host's memory
+
+    @property
+    def pin_memory(self) -> bool:
+        return bool(self.block.pin_memory)
+
+
+@dataclass(frozen=True)
+class OffloadPlan:
+    """The memory an offload device will hold for this rank, computed before anything is allocated."""
+
+    host_bytes: int  # every offloaded copy, pinned or not
+    pinned_bytes: int  # the part of host_bytes that is pinned
+
+
+class OffloadDevice(ABC):
+    """Holds offloaded copies (fp32 master, gradients, optimizer state, parameter partitions) and
+    moves data between them and the accelerator. One instance serves one ds_config block.
+    """
+
+    #: where the copies it allocates live
+    placement: ClassVar[Placement]
+
+    def __init__(self, settings: OffloadSettings) -> None:
+        self.settings = settings
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether the device can be used here, and why (or why not). Must not raise."""
+
+    @abstractmethod
+    def check_capacity(self, plan: OffloadPlan) -> None:
+        """Raise one clear error, before anything is allocated, if the plan cannot fit (memlock, host memory, disk)."""
+
+    @abstractmethod
+    def allocate(self, numel: int, dtype: torch.dtype, category: str, pin: bool) -> torch.Tensor:
+        """A zeroed 1-D tensor of host memory for an offloaded copy, registered in the ledger under
+        `category` at this device's placement. `pin`: the copy is an end of device transfers, so it is
+        pinned when the block's `pin_memory` allows (copies only the CPU step touches never are)."""
+
+    @abstractmethod
+    def to_host(self, host: torch.Tensor, source: torch.Tensor, accumulate: bool) -> None:
+        """`host` = (or += with `accumulate`) `source`, a tensor on the accelerator, cast to host's dtype."""
+
+    @abstractmethod
+    def to_device(self, target: torch.Tensor, host: torch.Tensor) -> None:
+        """`target` (on the accelerator) = `host`, cast to target's dtype."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait until every copy issued so far is complete."""
+
+    @abstractmethod
+    def optimizer_class(self, name: str) -> type[torch.optim.Optimizer] | None:
+        """The CPU optimizer for the config's optimizer `name` (lower case: "adam", "adamw", "adagrad",
+        "lion") when its state lives here, as DeepSpeed picks DeepSpeedCPUAdam; None keeps torch's."""

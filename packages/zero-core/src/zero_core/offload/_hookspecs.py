@@ -1,0 +1,13 @@
+"""Hooks called by zero-core's offload-device registry."""
+from __future__ import annotations
+
+from zero_plugins import hookspec
+
+
+@hookspec
+def zero_register_offload_devices(register) -> None:  # type: ignore[no-untyped-def]
+    """Call `register(name, OffloadDevice subclass)` for each offload device the plugin provides.
+
+    The name is what a ds_config's `offload_optimizer.device` / `offload_param.device` says
+    ("cpu", "nvme"). Import the classes inside the hook, not at module level.
+    """

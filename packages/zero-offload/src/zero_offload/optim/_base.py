@@ -1,0 +1,140 @@
+"""What the CPU optimizers share: param checks, state creation, and dispatch to a list kernel."""
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from collections.abc import Callable, Iterable
+from itertools import chain
+from typing import Any, overload
+
+import torch
+
+from ._fp32 import step_widened
+from ._lists import Kernel, StepLists
+
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
+class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
+    """A torch optimizer over dense, contiguous CPU tensors whose step is one kernel call per param group.
+
+    Subclasses name their state tensors and build the kernel for a group. State is created on a
+    param's first step, zero-filled, with a float32 `step` count, as torch's optimizers keep it.
+    """
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any], fp32_optimizer_states: bool) -> None:
+        self.fp32_optimizer_states = fp32_optimizer_states
+        super().__init__(params, defaults)
+
+    @abstractmethod
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Raise ValueError, naming the argument, if a group's hyperparameters are out of range."""
+
+    @abstractmethod
+    def _state_names(self, group: dict[str, Any]) -> tuple[str, ...]:
+        """The state tensors kept per param, shaped like it, in the order the kernel takes them."""
+
+    @abstractmethod
+    def _kernel(self, group: dict[str, Any]) -> Kernel:
+        """One call of the optimizer's update over StepLists, with `group`'s hyperparameters."""
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        params = param_group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        for param in params:
+            _check_param(param)
+        self._check_group({**self.defaults, **param_group})
+        super().add_param_group({**param_group, "params": params})
+
+    def state_dtype(self, param: torch.Tensor) -> torch.dtype:
+        """fp32 for 16-bit params when fp32_optimizer_states is set, else the param's own dtype."""
+        if self.fp32_optimizer_states and param.dtype in _SIXTEEN_BIT:
+            return torch.float32
+        return param.dtype
+
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with torch.no_grad():
+            for group in self.param_groups:
+                self._step_group(group)
+        return loss
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        names = self._state_names(group)
+        same_dtype, widened = StepLists([[] for _ in names]), StepLists([[] for _ in names])
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            grad = _dense_grad(param)
+            state = self.state[param]
+            if "step" not in state:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            dtype = self.state_dtype(param)
+            for name in names:
+                if name not in state:  # also covers amsgrad switched on after the first step
+                    state[name] = torch.zeros(param.shape, dtype=dtype)
+            lists = same_dtype if dtype == param.dtype else widened
+            lists.append(param, grad, [state[name] for name in names], state["step"])
+        steps = same_dtype.steps + widened.steps
+        if not steps:
+            return
+        torch._foreach_add_(steps, 1.0)
+        kernel = self._kernel(group)
+        if same_dtype.params:
+            kernel(same_dtype)
+        if widened.params:
+            step_widened(kernel, widened)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # a torch.optim.AdamW dict has no bias_correction, say
+            for name, default in self.defaults.items():
+                group.setdefault(name, default)
+        # torch casts every loaded state tensor to its param's dtype; take fp32 states of 16-bit
+        # params from the saved dict again so that they keep their precision.
+        saved_ids = chain.from_iterable(group["params"] for group in state_dict["param_groups"])
+        params = chain.from_iterable(group["params"] for group in self.param_groups)
+        for saved_id, param in zip(saved_ids, params):
+            saved = state_dict["state"].get(saved_id)
+            if saved is None:
+                continue
+            state, dtype = self.state[param], self.state_dtype(param)
+            for name, value in saved.items():
+                if name == "step":  # DeepSpeed saves an int; the kernels take a float32 tensor
+                    state[name] = torch.tensor(float(value), dtype=torch.float32)
+                elif isinstance(value, torch.Tensor) and (state[name].dtype != dtype
+                                                          or not state[name].is_contiguous()):
+                    state[name] = value.to(dtype=dtype, memory_format=torch.contiguous_format, copy=True)
+
+
+def _check_param(param: object) -> None:
+    if not isinstance(param, torch.Tensor):
+        raise TypeError(f"params must be tensors, got {type(param).__name__}")
+    if param.device.type != "cpu":
+        raise ValueError(f"CPU optimizers step CPU tensors; got a param on {param.device} "
+                         "(offload the optimizer to CPU, or use a GPU optimizer)")
+    if not param.is_floating_point():
+        raise ValueError(f"params must be floating point, got {param.dtype}")
+    if param.layout != torch.strided or not param.is_contiguous():
+        raise ValueError("params must be dense and contiguous (the kernels walk them as flat arrays); "
+                         "pass param.contiguous() or a flat buffer")
+
+
+def _dense_grad(param: torch.Tensor) -> torch.Tensor:
+    grad = param.grad
+    assert grad is not None
+    if grad.is_sparse:
+        raise ValueError("CPU optimizers take dense grads; this param's grad is sparse")
+    if grad.shape != param.shape or grad.dtype != param.dtype:
+        raise ValueError(f"a grad must match its param: grad {grad.dtype}{list(grad.shape)} "
+                         f"for param {param.dtype}{list(param.shape)}")
+    # The kernels read grads as flat arrays too.
+    return grad if grad.is_contiguous() else grad.contiguous()

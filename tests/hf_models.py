@@ -1,0 +1,28 @@
+"""Tiny Hugging Face models, built from a config with random weights, for the tests that train one.
+
+Imported like engine_helpers.py (tests/ is on sys.path) by test modules that need torch;
+transformers is imported only when a model is built.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# The 2-layer GPT-NeoX of the stage 0-2 parity tests (ours against plain torch and against DeepSpeed).
+SMALL_GPT_NEOX = {"vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                  "intermediate_size": 64, "max_position_embeddings": 64}
+
+
+def gpt_neox(seed: int, **config: Any) -> torch.nn.Module:
+    """GPTNeoXForCausalLM(GPTNeoXConfig(**config)) with eager attention, its weights drawn after manual_seed(seed)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    hf_config = GPTNeoXConfig(**config, attn_implementation="eager")
+    torch.manual_seed(seed)
+    return GPTNeoXForCausalLM(hf_config)
+
+
+def small_gpt_neox(seed: int) -> torch.nn.Module:
+    """The SMALL_GPT_NEOX model."""
+    return gpt_neox(seed, **SMALL_GPT_NEOX)

@@ -1,0 +1,128 @@
+"""zero_offload.CPUAdagrad: torch's Adagrad to the bit, with DeepSpeedCPUAdagrad's constructor."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from zero_offload import CPUAdagrad
+from zero_offload.optim._lists import CACHE_TILE
+
+# Odd sizes end in the kernels' scalar tails.
+SHAPES = [(37,), (5, 7), (1000,), (3,)]
+
+
+def make_params(shapes=SHAPES, dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator).to(dtype) for shape in shapes]
+
+
+def set_grads(param_lists, seed):
+    """The same random grads on the same-position params of every list."""
+    generator = torch.Generator().manual_seed(seed)
+    for params in zip(*param_lists):
+        grad = torch.randn(params[0].shape, generator=generator).to(params[0].dtype)
+        for param in params:
+            param.grad = grad.clone()
+
+
+def step_together(optimizers, param_lists, steps=4):
+    for step in range(steps):
+        set_grads(param_lists, seed=100 + step)
+        for optimizer in optimizers:
+            optimizer.step()
+
+
+def assert_equal(params, others):
+    assert all(torch.equal(a, b) for a, b in zip(params, others))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_equals_torch_fused_adagrad_bit_for_bit(weight_decay):
+    ours, theirs = make_params(), make_params()
+    optimizer = CPUAdagrad(ours, lr=0.1, eps=1e-8, weight_decay=weight_decay)
+    reference = torch.optim.Adagrad(theirs, lr=0.1, eps=1e-8, weight_decay=weight_decay, fused=True)
+    step_together([optimizer, reference], [ours, theirs])
+    assert_equal(ours, theirs)
+    for param, other in zip(ours, theirs):
+        assert torch.equal(optimizer.state[param]["sum"], reference.state[other]["sum"])
+        assert optimizer.state[param]["step"].item() == 4
+
+
+def test_close_to_torch_default_adagrad():
+    # torch's default (foreach) implementation rounds differently from its fused kernel, by an ulp or so.
+    ours, theirs = make_params(), make_params()
+    step_together([CPUAdagrad(ours, lr=0.1, weight_decay=0.1), torch.optim.Adagrad(theirs, lr=0.1, weight_decay=0.1)],
+                  [ours, theirs])
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_params_with_fp32_states(dtype):
+    """Equal to an fp32 Adagrad step of the widened param, rounded back once per step."""
+    shapes = SHAPES + [(CACHE_TILE + 5,)]
+    ours, theirs = make_params(shapes, dtype), make_params(shapes, dtype)
+    masters = [p.float() for p in theirs]
+    optimizer = CPUAdagrad(ours, lr=0.1, weight_decay=0.1)
+    reference = torch.optim.Adagrad(masters, lr=0.1, weight_decay=0.1, fused=True)
+    for step in range(3):
+        set_grads([ours, theirs], seed=step)
+        optimizer.step()
+        for master, param in zip(masters, theirs):
+            master.copy_(param)
+            master.grad = param.grad.float()
+        reference.step()
+        for master, param in zip(masters, theirs):
+            param.copy_(master)
+    assert_equal(ours, theirs)
+    for param, master in zip(ours, masters):
+        assert optimizer.state[param]["sum"].dtype == torch.float32
+        assert torch.equal(optimizer.state[param]["sum"], reference.state[master]["sum"])
+
+
+def test_16_bit_states_when_fp32_optimizer_states_is_off():
+    ours, theirs = make_params(dtype=torch.bfloat16), make_params(dtype=torch.bfloat16)
+    optimizer = CPUAdagrad(ours, lr=0.1, fp32_optimizer_states=False)
+    step_together([optimizer, torch.optim.Adagrad(theirs, lr=0.1, fused=True)], [ours, theirs])
+    assert_equal(ours, theirs)
+    assert optimizer.state[ours[0]]["sum"].dtype == torch.bfloat16
+
+
+def test_many_sub_group_chunks_equal_one_flat_param():
+    flat, reference_flat = make_params([(10_007,)]), make_params([(10_007,)])
+    chunks = list(flat[0].split(64))  # 157 params, as the engine hands sub-groups over
+    optimizer, reference = CPUAdagrad(chunks, lr=0.1), CPUAdagrad(reference_flat, lr=0.1)
+    for step in range(3):
+        set_grads([reference_flat], seed=step)
+        for chunk, grad in zip(chunks, reference_flat[0].grad.split(64)):
+            chunk.grad = grad.clone()
+        optimizer.step()
+        reference.step()
+    assert torch.equal(flat[0], reference_flat[0])
+
+
+def test_state_dict_round_trip():
+    params = make_params(dtype=torch.bfloat16)
+    optimizer = CPUAdagrad(params, lr=0.1, weight_decay=0.1)
+    step_together([optimizer], [params], steps=2)
+    resumed_params = [p.clone() for p in params]
+    resumed = CPUAdagrad(resumed_params, lr=1.0)
+    resumed.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    assert resumed.param_groups[0]["lr"] == 0.1
+    assert resumed.state[resumed_params[0]]["sum"].dtype == torch.float32
+    step_together([optimizer, resumed], [params, resumed_params], steps=2)
+    assert_equal(params, resumed_params)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(lr=0.0), "lr must be > 0"),
+    (dict(lr=float("nan")), "lr must be a finite number"),
+    (dict(eps=-1e-10), "eps must be > 0"),
+    (dict(weight_decay=-1.0), "weight_decay must be >= 0"),
+    (dict(amsgrad=True), "amsgrad must be False"),
+])
+def test_bad_arguments_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CPUAdagrad(make_params(), **kwargs)
