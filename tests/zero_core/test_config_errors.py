@@ -25,9 +25,9 @@ BAD = [
     ({"fp16": {"enabled": "yes"}}, "fp16.enabled", 'must be true or false (got "yes")'),
     ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "bf16.enabled", "enable one of them"),
     (
-        {"zero_optimization": {"offload_optimizer": {"device": "gpu"}}},
+        {"zero_optimization": {"offload_optimizer": {"device": "GPU 0"}}},
         "zero_optimization.offload_optimizer.device",
-        'must be "none", "cpu" or "nvme" (got "gpu")',
+        'must be "none", "cpu", "nvme" or another registered offload device\'s name (got "GPU 0")',
     ),
     (
         {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}},

@@ -9,7 +9,8 @@ torch's fused CPU kernel; that kernel rounds differently from torch's default Ad
 last bit where gradients are tiny, so the run without offload asks for the fused kernel too
 (`"fused": true`), and any difference left is offload's. Losses and the final full weights
 must agree: fp32 within a relative 1e-6, bf16 within the bf16 tests' tolerance. Gradient
-clipping and accumulation are on in some cases.
+clipping and accumulation are on in some cases, and one case steps in sub-groups of 300
+elements (`sub_group_size`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ PARAMS = {"offload_param": {"device": "cpu"}}
 CASES: dict[str, dict[str, Any]] = {
     "stage1-optimizer-fp32": {"stage": 1, "offload": OPTIMIZER},
     "stage2-optimizer-fp32-accum": {"stage": 2, "offload": OPTIMIZER, "accum": 2},
-    "stage3-optimizer-fp32": {"stage": 3, "offload": OPTIMIZER},
+    "stage3-optimizer-fp32-subgroups": {"stage": 3, "offload": OPTIMIZER, "sub_group_size": 300},
     "stage3-params-fp32": {"stage": 3, "offload": PARAMS},
     "stage3-both-fp32-accum": {"stage": 3, "offload": {**OPTIMIZER, **PARAMS}, "accum": 2},
     "stage1-optimizer-bf16-accum": {"stage": 1, "offload": OPTIMIZER, "bf16": True, "accum": 2},
@@ -62,7 +63,8 @@ def ds_config(case: dict[str, Any], offload: bool) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": accum, "gradient_clipping": 0.1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01, **kernel}},
         "zero_optimization": {"stage": case["stage"], "stage3_param_persistence_threshold": HIDDEN,
-                              "reduce_bucket_size": 3000, **(case["offload"] if offload else {})},
+                              "reduce_bucket_size": 3000, "sub_group_size": case.get("sub_group_size", 10**9),
+                              **(case["offload"] if offload else {})},
     }
     if case.get("bf16"):
         config["bf16"] = {"enabled": True}

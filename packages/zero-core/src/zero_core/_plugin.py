@@ -4,11 +4,19 @@ Imports no torch at module level: the classes and the report are imported inside
 """
 from __future__ import annotations
 
-from zero_plugins import hookimpl
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from zero_plugins import CommandResult, CommandTable, hookimpl
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .accelerator import Accelerator
 
 
 @hookimpl
-def zero_register_accelerators(register) -> None:  # type: ignore[no-untyped-def]
+def zero_register_accelerators(register: Callable[[str, type[Accelerator]], None]) -> None:
     from .accelerator.cpu import CpuAccelerator
     from .accelerator.cuda import CudaAccelerator
 
@@ -17,7 +25,7 @@ def zero_register_accelerators(register) -> None:  # type: ignore[no-untyped-def
 
 
 @hookimpl
-def zero_register_commands(cli) -> None:  # type: ignore[no-untyped-def]
+def zero_register_commands(cli: CommandTable) -> None:
     cli.add_command(
         "report",
         help="environment report, like ds_report: python, torch, accelerators, pin backends, build tools, plugins",
@@ -25,7 +33,7 @@ def zero_register_commands(cli) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _run_report(args):  # type: ignore[no-untyped-def]
+def _run_report(args: argparse.Namespace) -> CommandResult:
     from .report import build_report
 
     return build_report()

@@ -10,9 +10,6 @@ import zero_pin
 from zero_core.config import ConfigError
 from zero_core.offload import OffloadPlan, OffloadSettings
 
-GiB = 1024**3
-
-
 def available_host_memory() -> int:
     """Bytes of host RAM the kernel can still hand out without swapping."""
     return int(psutil.virtual_memory().available)
@@ -25,8 +22,8 @@ def check_host_memory(plan: OffloadPlan, settings: OffloadSettings) -> None:
     if needed > available:
         raise ConfigError(
             f"{settings.block_path}.device",
-            f"offloading needs {_gib(plan.host_bytes)} of host memory per rank, {_gib(needed)} for the {ranks} "
-            f"rank(s) on this host, but {_gib(available)} is available; use fewer ranks per node, offload to "
+            f"offloading needs {zero_pin.format_bytes(plan.host_bytes)} of host memory per rank, {zero_pin.format_bytes(needed)} for the {ranks} "
+            f"rank(s) on this host, but {zero_pin.format_bytes(available)} is available; use fewer ranks per node, offload to "
             "nvme, or free host memory",
         )
 
@@ -39,9 +36,7 @@ def check_pinned_memory(plan: OffloadPlan, settings: OffloadSettings) -> None:
         zero_pin.check_memlock(plan.pinned_bytes)
     except zero_pin.MemlockLimitError as error:
         raise ConfigError(f"{settings.block_path}.pin_memory",
-                          f"offloading pins {_gib(plan.pinned_bytes)} per rank, over the locked-memory limit: "
+                          f"offloading pins {zero_pin.format_bytes(plan.pinned_bytes)} per rank, over the locked-memory limit: "
                           f"{error}") from None
 
 
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / GiB:.2f} GiB"

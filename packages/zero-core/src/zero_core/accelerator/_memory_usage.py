@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 import psutil
 import torch.distributed as dist
 
 from ._select import get_accelerator
+
+if TYPE_CHECKING:
+    from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
 
 GB = 1024**3
 
@@ -44,7 +48,7 @@ def see_memory_usage(message: str, force: bool = True) -> str | None:
     return text
 
 
-def pinned_stats() -> dict:
+def pinned_stats() -> PinnedMemoryStats:
     """zero-pin's process-wide pinned bytes: {"total": {"current", "peak"}, "backends": {...}}."""
     import zero_pin
 

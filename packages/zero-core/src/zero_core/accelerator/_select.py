@@ -40,7 +40,7 @@ def select_accelerator() -> Selection:
                 f"unset {ENV_VAR} to auto-detect, or choose one of {', '.join(accelerator_registry.names())}"
             )
         return Selection(cls(), f"{ENV_VAR}={requested}")
-    skipped = []
+    skipped: list[str] = []
     registrations = sorted(
         accelerator_registry.registrations().values(), key=lambda reg: (-reg.cls.detect_priority, reg.name)
     )

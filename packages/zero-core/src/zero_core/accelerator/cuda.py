@@ -40,7 +40,7 @@ class CudaAccelerator(Accelerator):
         torch.cuda.manual_seed(seed)
 
     def is_bf16_supported(self) -> bool:
-        return torch.cuda.is_bf16_supported()
+        return bool(torch.cuda.is_bf16_supported())  # unannotated in torch
 
     def is_fp16_supported(self) -> bool:
         return True

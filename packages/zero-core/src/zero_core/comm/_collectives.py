@@ -7,6 +7,8 @@ output) send (N-1)/N * B, and a broadcast sends B from the source only.
 """
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 import torch.distributed as dist
 
@@ -28,11 +30,30 @@ class Collectives:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
 
+    # torch's collectives are unannotated: they return a Work handle with async_op=True, else None.
+    @overload
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = ..., *,
+                   async_op: Literal[True]) -> Work: ...
+    @overload
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = ...,
+                   async_op: Literal[False] = ...) -> None: ...
+    @overload
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = ...,
+                   async_op: bool = ...) -> Work | None: ...
+
     def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
                    async_op: bool = False) -> Work | None:
         size = _nbytes(tensor)
         self._count("all_reduce", size, 2 * (self.world_size - 1) * size // self.world_size)
-        return dist.all_reduce(tensor, op=op, group=self.group, async_op=async_op)
+        work: Work | None = dist.all_reduce(tensor, op=op, group=self.group, async_op=async_op)
+        return work
+
+    @overload
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, *, async_op: Literal[True]) -> Work: ...
+    @overload
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, async_op: Literal[False] = ...) -> None: ...
+    @overload
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, async_op: bool = ...) -> Work | None: ...
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, async_op: bool = False) -> Work | None:
         """Sum `input` (N equal chunks) across ranks; this rank's chunk of the sum lands in `output`.
@@ -41,13 +62,22 @@ class Collectives:
         """
         size = _nbytes(input)
         self._count("reduce_scatter", size, (self.world_size - 1) * size // self.world_size)
-        return _reduce_scatter_single(output, input, group=self.group, async_op=async_op)
+        work: Work | None = _reduce_scatter_single(output, input, group=self.group, async_op=async_op)
+        return work
+
+    @overload
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, *, async_op: Literal[True]) -> Work: ...
+    @overload
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, async_op: Literal[False] = ...) -> None: ...
+    @overload
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, async_op: bool = ...) -> Work | None: ...
 
     def all_gather(self, output: torch.Tensor, input: torch.Tensor, async_op: bool = False) -> Work | None:
         """Concatenate every rank's `input` into `output`; `input` may be this rank's chunk of `output`."""
         size = _nbytes(output)
         self._count("all_gather", size, (self.world_size - 1) * size // self.world_size)
-        return _all_gather_single(output, input, group=self.group, async_op=async_op)
+        work: Work | None = _all_gather_single(output, input, group=self.group, async_op=async_op)
+        return work
 
     def broadcast(self, tensor: torch.Tensor, src_rank: int = 0) -> None:
         """Copy group rank `src_rank`'s tensor to every rank."""

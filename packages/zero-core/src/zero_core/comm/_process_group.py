@@ -32,4 +32,5 @@ def ensure_process_group(accelerator: Accelerator, dist_init_required: bool | No
             accelerator.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
     else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        # torch.distributed imports HashStore from torch._C without re-exporting it (no `as`, no __all__).
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]

@@ -13,7 +13,9 @@ class AioConfig(ConfigModel):
     block_size: PositiveInt = 1_048_576
     queue_depth: PositiveInt = 8
     # `thread_count` is the name older DeepSpeed releases used.
-    intra_op_parallelism: PositiveInt = Field(1, validation_alias=AliasChoices("intra_op_parallelism", "thread_count"))
+    intra_op_parallelism: PositiveInt = Field(
+        default=1, validation_alias=AliasChoices("intra_op_parallelism", "thread_count")
+    )
     single_submit: Bool = False
     overlap_events: Bool = True
     use_gds: Bool = False

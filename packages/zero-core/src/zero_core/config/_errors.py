@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from zero_plugins import ZeroError
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails  # what ValidationError.errors() lists
 
 
 class ConfigError(ZeroError):
@@ -67,7 +70,7 @@ _PHRASES = {
 }
 
 
-def _problem(error: Mapping[str, Any]) -> str:
+def _problem(error: ErrorDetails) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     if kind in _PHRASES:

@@ -1,13 +1,25 @@
 """`zero_optimization.offload_param` and `offload_optimizer` (DeepSpeed's offload_config)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from ._base import ConfigModel
 from ._types import Bool, NonNegInt
 
-OffloadDevice = Literal["none", "cpu", "nvme"]
+
+def _device_name(name: str) -> str:
+    # DeepSpeed's "none", "cpu" and "nvme", or a plugin's device; which exist is known only at
+    # initialize, where the offload-device registry lists them.
+    if not re.fullmatch(r"[a-z][a-z0-9_.-]*", name):
+        raise ValueError('must be "none", "cpu", "nvme" or another registered offload device\'s name')
+    return name
+
+
+OffloadDevice = Annotated[str, AfterValidator(_device_name)]
 
 
 class OffloadParamConfig(ConfigModel):

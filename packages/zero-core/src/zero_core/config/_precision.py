@@ -17,7 +17,7 @@ class FP16Config(ConfigModel):
     initial_scale_power: Int = 16
     loss_scale_window: Int = 1000
     # 0 would never let an overflow lower the scale (DeepSpeed's scaler counts down to 1).
-    hysteresis: Int = Field(2, ge=1)
+    hysteresis: Int = Field(default=2, ge=1)
     consecutive_hysteresis: Bool = False
     min_loss_scale: Int = 1
 

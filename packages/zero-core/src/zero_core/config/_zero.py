@@ -64,18 +64,26 @@ class ZeroOptimizationConfig(ConfigModel):
     overlap_comm: Bool | None = None
     offload_param: OffloadParamConfig | None = None
     offload_optimizer: OffloadOptimizerConfig | None = None
-    sub_group_size: NonNegInt = 1_000_000_000
+    sub_group_size: PositiveInt = 1_000_000_000
     # Deprecated booleans of older DeepSpeed releases: true means offload to "cpu".
     cpu_offload: Bool | None = None
     cpu_offload_param: Bool | None = None
-    stage3_prefetch_bucket_size: NonNegInt = Field(50_000_000, validation_alias=_stage3("prefetch_bucket_size"))
-    stage3_param_persistence_threshold: NonNegInt = Field(
-        100_000, validation_alias=_stage3("param_persistence_threshold")
+    # `default=`, not a positional default: mypy reads pydantic fields through dataclass_transform (PEP 681),
+    # which sees only `default=`, and would otherwise take these fields as required.
+    stage3_prefetch_bucket_size: NonNegInt = Field(
+        default=50_000_000, validation_alias=_stage3("prefetch_bucket_size")
     )
-    stage3_max_live_parameters: NonNegInt = Field(1_000_000_000, validation_alias=_stage3("max_live_parameters"))
-    stage3_max_reuse_distance: NonNegInt = Field(1_000_000_000, validation_alias=_stage3("max_reuse_distance"))
+    stage3_param_persistence_threshold: NonNegInt = Field(
+        default=100_000, validation_alias=_stage3("param_persistence_threshold")
+    )
+    stage3_max_live_parameters: NonNegInt = Field(
+        default=1_000_000_000, validation_alias=_stage3("max_live_parameters")
+    )
+    stage3_max_reuse_distance: NonNegInt = Field(
+        default=1_000_000_000, validation_alias=_stage3("max_reuse_distance")
+    )
     stage3_gather_16bit_weights_on_model_save: Bool = Field(
-        False,
+        default=False,
         validation_alias=_stage3("gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"),
     )
     memory_efficient_linear: Bool = True
@@ -95,7 +103,8 @@ class ZeroOptimizationConfig(ConfigModel):
         self._take_legacy("cpu_offload_param", "offload_param", OffloadParamConfig)
         return self
 
-    def _take_legacy(self, old: str, new: str, block: type[ConfigModel]) -> None:
+    def _take_legacy(self, old: str, new: str,
+                     block: type[OffloadOptimizerConfig] | type[OffloadParamConfig]) -> None:
         if old not in self.model_fields_set:
             return
         # As DeepSpeed does: the old and the new key together are ambiguous.

@@ -8,7 +8,7 @@ the data loader) is assembled here, the same way for every stage.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -51,7 +51,7 @@ def assemble_engine(
     optimizer: torch.optim.Optimizer | OptimizerFactory | None = None,
     model_parameters: Iterable[Any] | None = None,
     lr_scheduler: Any = None,
-    training_data: torch.utils.data.Dataset | None = None,
+    training_data: torch.utils.data.Dataset[Any] | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> ZeroEngine:
     policy = policy_for(config.zero_optimization)
@@ -71,8 +71,11 @@ def assemble_engine(
     order = {id(p): index for index, p in enumerate(model.parameters())}
     context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)
+    if homes.optimizer_offloaded:
+        for group in state.groups:
+            group.master.split_into_sub_groups(config.zero_optimization.sub_group_size)
     inner = build_optimizer(config.optimizer, optimizer,
-                            [{"params": g.master.tensors, **g.options} for g in state.groups],
+                            [{"params": g.master.optimizer_params, **g.options} for g in state.groups],
                             offload.optimizer.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
                                    policy, fp16=dtype == torch.float16, ledger=ledger, homes=homes)
@@ -80,7 +83,8 @@ def assemble_engine(
                           ledger)
     loader = None
     if training_data is not None:
-        loader = build_dataloader(training_data, int(config.train_micro_batch_size_per_gpu), comm.rank,
+        # None only in a config load_config(..., world_size=N) has not resolved; int() still refuses that
+        loader = build_dataloader(training_data, int(cast(int, config.train_micro_batch_size_per_gpu)), comm.rank,
                                   comm.world_size, collate_fn)
     scheduler = resolve_scheduler(config, lr_scheduler, inner)
     return ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,

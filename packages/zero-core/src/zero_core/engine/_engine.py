@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import torch
 from zero_plugins import ZeroError
@@ -36,7 +36,7 @@ class EngineParts:
     ledger: MemoryLedger
     device: torch.device
     dtype: torch.dtype
-    training_dataloader: torch.utils.data.DataLoader | None = None
+    training_dataloader: torch.utils.data.DataLoader[Any] | None = None
 
 
 class ZeroEngine(torch.nn.Module):
@@ -136,14 +136,16 @@ class ZeroEngine(torch.nn.Module):
         """True if the latest `step()` updated the parameters (False between accumulation boundaries and on overflow)."""
         return self._step_applied
 
+    # The three batch settings are None only in a config that load_config(..., world_size=N) has not
+    # resolved (initialize always resolves it); int() still refuses None at run time.
     def train_batch_size(self) -> int:
-        return int(self.zero_config.train_batch_size)
+        return int(cast(int, self.zero_config.train_batch_size))
 
     def train_micro_batch_size_per_gpu(self) -> int:
-        return int(self.zero_config.train_micro_batch_size_per_gpu)
+        return int(cast(int, self.zero_config.train_micro_batch_size_per_gpu))
 
     def gradient_accumulation_steps(self) -> int:
-        return int(self.zero_config.gradient_accumulation_steps)
+        return int(cast(int, self.zero_config.gradient_accumulation_steps))
 
     def gradient_clipping(self) -> float:
         return float(self.zero_config.gradient_clipping)

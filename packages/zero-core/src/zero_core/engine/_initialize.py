@@ -22,14 +22,14 @@ def initialize(
     model: torch.nn.Module | None = None,
     optimizer: torch.optim.Optimizer | OptimizerFactory | None = None,
     model_parameters: Iterable[Any] | None = None,
-    training_data: torch.utils.data.Dataset | None = None,
+    training_data: torch.utils.data.Dataset[Any] | None = None,
     lr_scheduler: Any = None,
     mpu: Any = None,
     dist_init_required: bool | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
     config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     config_params: Mapping[str, Any] | None = None,
-) -> tuple[ZeroEngine, ZeroOptimizer, torch.utils.data.DataLoader | None, Any]:
+) -> tuple[ZeroEngine, ZeroOptimizer, torch.utils.data.DataLoader[Any] | None, Any]:
     """Wrap `model` for ZeRO training; returns `(engine, optimizer, training_dataloader, lr_scheduler)`.
 
     - `config` (or `config_params`, or `args.deepspeed_config`): a ds_config path or dict.

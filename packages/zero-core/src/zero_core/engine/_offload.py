@@ -49,7 +49,7 @@ def open_offload_devices(
         return OffloadSettings(block, path, config.aio, accelerator, ledger, comm.rank, local_world)
 
     if policy.optimizer_state.offloaded and zero.offload_optimizer is not None:
-        block = zero.offload_optimizer
+        block: OffloadOptimizerConfig | OffloadParamConfig = zero.offload_optimizer
         optimizer = open_offload_device(block.device, settings(block, "zero_optimization.offload_optimizer"))
         trainable = sum(p.numel() for group in param_groups for p in group.params)
         partition = math.ceil(trainable / comm.world_size)

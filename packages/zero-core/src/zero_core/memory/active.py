@@ -13,7 +13,11 @@ class MemoryFigures(Protocol):
     def reset_peak(self) -> None: ...
 
 
-_local = threading.local()
+class _TrackerStack(threading.local):
+    stack: list[MemoryFigures]  # set on first use in each thread
+
+
+_local = _TrackerStack()
 
 
 def _stack() -> list[MemoryFigures]:

@@ -16,12 +16,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .placement import Placement, location
 from .report import CommCount, MemoryReport
 from .tracker import StorageTracker
+
+if TYPE_CHECKING:
+    from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
 
 CATEGORIES: tuple[str, ...] = (
     "param.partition",
@@ -47,7 +51,7 @@ _ACTIVATION_PHASES = frozenset({"forward", "backward"})
 
 @dataclass
 class _Entry:
-    ref: weakref.ref
+    ref: weakref.ref[torch.UntypedStorage]
     category: str
     location: str
     nbytes: int
@@ -167,8 +171,8 @@ class MemoryLedger:
                 self._peak[where][category] = value
             self._total_peak[where] = self._total[where]
 
-    def report(self, pinned: dict | None = None) -> MemoryReport:
-        memory = {}
+    def report(self, pinned: PinnedMemoryStats | None = None) -> MemoryReport:
+        memory: dict[str, dict[str, dict[str, int]]] = {}
         for where in sorted(self._current):
             rows = {
                 category: {"current": self._current[where][category], "peak": self._peak[where][category]}
@@ -192,7 +196,7 @@ class MemoryLedger:
     def _add(self, storage: torch.UntypedStorage, where: str, category: str) -> None:
         key = storage._cdata
         nbytes = storage.nbytes()
-        ref = weakref.ref(storage, lambda dead, key=key: self._on_free(key, dead))
+        ref = weakref.ref(storage, lambda dead: self._on_free(key, dead))
         self._entries[key] = _Entry(ref, category, where, nbytes)
         self._change(where, category, nbytes)
         self._change_total(where, nbytes)
@@ -208,7 +212,7 @@ class MemoryLedger:
         self._total[where] += delta
         self._total_peak[where] = max(self._total_peak[where], self._total[where])
 
-    def _on_free(self, key: int, dead: weakref.ref) -> None:
+    def _on_free(self, key: int, dead: weakref.ref[torch.UntypedStorage]) -> None:
         entry = self._entries.get(key)
         if entry is None or entry.ref is not dead:
             return

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zero_plugins import format_table
+
+if TYPE_CHECKING:
+    from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
 
 MiB = 1024 * 1024
 
@@ -19,7 +22,7 @@ class CommCount:
         return {"calls": self.calls, "payload_bytes": self.payload_bytes, "sent_bytes": self.sent_bytes}
 
 
-class MemoryReport(dict):
+class MemoryReport(dict[str, dict[str, dict[str, int]]]):
     """`{location: {category: {"current": bytes, "peak": bytes}, ..., "total": {...}}}`.
 
     A location is the device type ("cpu", "cuda") for device memory, or "host",
@@ -33,7 +36,7 @@ class MemoryReport(dict):
         self,
         memory: dict[str, dict[str, dict[str, int]]],
         comm: dict[str, dict[str, int]],
-        pinned: dict | None = None,
+        pinned: PinnedMemoryStats | None = None,
         tracked: bool = False,
     ) -> None:
         super().__init__(memory)

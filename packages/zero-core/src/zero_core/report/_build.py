@@ -1,6 +1,8 @@
 """Assemble `zero report` as JSON data and as plain text."""
 from __future__ import annotations
 
+from typing import Any
+
 from zero_plugins import CommandResult, format_table, installed_zero_distributions
 
 from . import _collect
@@ -23,7 +25,7 @@ def _bytes_or_unlimited(value: int | None) -> str:
     return "unlimited" if value is None else f"{value / 2**20:.1f} MiB ({value} bytes)"
 
 
-def render(data: dict) -> str:
+def render(data: dict[str, Any]) -> str:
     accel = data["accelerator"]
     pin = data["pinning"]
     tools = data["build_tools"]

@@ -7,6 +7,7 @@ import shutil
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import torch
 import zero_pin
@@ -15,11 +16,11 @@ from zero_plugins import plugin_infos
 from ..accelerator import accelerator_registry, get_selection
 
 
-def python_facts() -> dict:
+def python_facts() -> dict[str, str]:
     return {"version": platform.python_version(), "executable": sys.executable}
 
 
-def torch_facts() -> dict:
+def torch_facts() -> dict[str, str | None]:
     return {
         "version": torch.__version__,
         "path": os.path.dirname(torch.__file__),
@@ -27,7 +28,7 @@ def torch_facts() -> dict:
     }
 
 
-def accelerator_facts() -> dict:
+def accelerator_facts() -> dict[str, Any]:
     """The chosen accelerator and why; raises the selection error for a bad DS_ACCELERATOR."""
     selection = get_selection()
     available = []
@@ -49,7 +50,7 @@ def accelerator_facts() -> dict:
     }
 
 
-def build_tool_facts() -> dict:
+def build_tool_facts() -> dict[str, str | None]:
     """What the native pin op needs to build: ninja, a C++ compiler and the Python headers."""
     compiler_names = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
     compiler = next((path for path in map(shutil.which, compiler_names) if path), None)
@@ -71,7 +72,7 @@ def _pip_ninja() -> str | None:
     return str(binary) if binary.exists() else None
 
 
-def pin_facts() -> dict:
+def pin_facts() -> dict[str, Any]:
     return {
         "backends": zero_pin.backend_statuses(),
         "memlock_limit": zero_pin.memlock_limit(),
@@ -79,5 +80,5 @@ def pin_facts() -> dict:
     }
 
 
-def plugin_facts() -> list[dict]:
+def plugin_facts() -> list[dict[str, object]]:
     return [info.as_dict() for info in plugin_infos()]

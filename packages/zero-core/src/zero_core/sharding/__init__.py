@@ -82,5 +82,6 @@ __all__ = [
     "place_frozen",
     "policy_for",
     "resolve_param_groups",
+    "resolve_scheduler",
     "split_into_buckets",
 ]

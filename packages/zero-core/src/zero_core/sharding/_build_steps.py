@@ -89,9 +89,9 @@ def resolve_scheduler(config: ZeroConfig, client: Any, optimizer: torch.optim.Op
 
 
 def build_dataloader(
-    dataset: data.Dataset, micro_batch_size: int, rank: int, world_size: int,
+    dataset: data.Dataset[Any], micro_batch_size: int, rank: int, world_size: int,
     collate_fn: Callable[[list[Any]], Any] | None = None,
-) -> data.DataLoader:
+) -> data.DataLoader[Any]:
     """Micro-batches of this rank's share of the dataset, shuffled by a DistributedSampler as in DeepSpeed."""
-    sampler: data.DistributedSampler = data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    sampler: data.DistributedSampler[Any] = data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     return data.DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, collate_fn=collate_fn)

@@ -19,6 +19,7 @@ allocate again every step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -78,7 +79,7 @@ class GradBuckets:
         self.get(index)
         view = self._views[index][slot_index]
         if param.grad is not view:
-            view.copy_(param.grad)
+            view.copy_(cast(torch.Tensor, param.grad))  # called from the post-accumulate-grad hook: it is set
             param.grad = view
 
     def attach(self) -> None:

@@ -8,7 +8,7 @@ and `loss_scale_window` clean steps in a row double it again.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
@@ -31,10 +31,10 @@ class LossScaler:
     def update(self, overflow: bool) -> None:
         """A static scale never changes."""
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"cur_scale": self.cur_scale}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cur_scale = state["cur_scale"]
 
 
@@ -87,7 +87,7 @@ class DynamicLossScaler(LossScaler):
                 self.cur_scale *= self.scale_factor
         self.cur_iter += 1
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "cur_scale": self.cur_scale,
             "cur_hysteresis": self.cur_hysteresis,
@@ -95,7 +95,7 @@ class DynamicLossScaler(LossScaler):
             "last_overflow_iter": self.last_overflow_iter,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cur_scale = state["cur_scale"]
         self.cur_hysteresis = state["cur_hysteresis"]
         self.cur_iter = state["cur_iter"]

@@ -16,6 +16,7 @@ from ..memory import MemoryLedger
 from ._homes import StateHomes
 from ._layout import FlatLayout
 from ._storage import FlatStorage
+from ._sub_groups import sub_group_views
 
 
 def owned_range(layout: FlatLayout, rank: int, sharded: bool) -> tuple[int, int]:
@@ -27,6 +28,9 @@ class MasterParams:
         self.tensors = tensors
         self.ranges = ranges
         self.is_view = is_view
+        # What the optimizer steps: the tensors themselves, or their sub-group views (see _sub_groups.py).
+        self.optimizer_params: list[torch.Tensor] = list(tensors)
+        self._sub_group_numel: int | None = None
         self._step_grads: list[torch.Tensor] | None = None  # offloaded optimizer: where whole gradients land
 
     @classmethod
@@ -64,17 +68,25 @@ class MasterParams:
                 homes.grads_to_optimizer(target, grad, accumulate=False)
             homes.synchronize()
             grads = self._step_grads
-        for master, grad in zip(self.tensors, grads):
+        full = []
+        for grad in grads:
             if grad.dtype == torch.float32:
-                master.grad = grad.mul_(inv_scale) if inv_scale != 1.0 else grad
+                full.append(grad.mul_(inv_scale) if inv_scale != 1.0 else grad)
             else:
-                master.grad = ledger.new("optim.grad", lambda: grad.float())
-                if inv_scale != 1.0:
-                    master.grad.mul_(inv_scale)
+                made = ledger.new("optim.grad", lambda: grad.float())
+                full.append(made.mul_(inv_scale) if inv_scale != 1.0 else made)
+        if self._sub_group_numel is not None:
+            full = sub_group_views(full, self._sub_group_numel)  # cut exactly as the master was
+        for param, grad in zip(self.optimizer_params, full):
+            param.grad = grad
+
+    def split_into_sub_groups(self, max_numel: int) -> None:
+        self._sub_group_numel = max_numel
+        self.optimizer_params = sub_group_views(self.tensors, max_numel)
 
     def clear_grads(self) -> None:
-        for master in self.tensors:
-            master.grad = None
+        for param in self.optimizer_params:
+            param.grad = None
 
     def write_back(self, flat: FlatStorage, homes: StateHomes) -> None:
         """Copy the updated master into the compute-dtype parameters (nothing to do for a view)."""

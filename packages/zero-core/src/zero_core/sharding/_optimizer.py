@@ -11,16 +11,18 @@ are gathered only when a module needs them).
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import torch
 
 from ..comm import Collectives
-from ..memory import MemoryLedger
+from ..memory import MemoryLedger, Placement
 from ._groups import ShardedGroup
 from ._homes import StateHomes
 from ._loss_scaler import LossScaler
 from ._policy import StagePolicy
+from ._sub_groups import step_by_sub_group
 
 
 class ZeroOptimizer:
@@ -46,7 +48,6 @@ class ZeroOptimizer:
         self._global_grad_norm: float | None = None
         self._comm = comm
         self._sharded = policy.shards_optimizer_state
-        self._state_residence = policy.optimizer_state
         self._fp16 = fp16
         self._ledger = ledger
         self._homes = homes
@@ -57,7 +58,7 @@ class ZeroOptimizer:
         return self.optimizer.param_groups
 
     @property
-    def state(self) -> dict:
+    def state(self) -> defaultdict[torch.Tensor, Any]:
         return self.optimizer.state
 
     @property
@@ -107,7 +108,10 @@ class ZeroOptimizer:
             group.master.load_grads(owned, 1.0 / combined, self._ledger, self._homes, in_place)
             if not in_place:
                 group.grads.release()  # the master holds its own fp32 copy now: free the 16-bit one before the step
-        self.optimizer.step()
+        if self._homes.optimizer_offloaded:
+            step_by_sub_group(self.optimizer)
+        else:
+            self.optimizer.step()
         for group in self.groups:
             group.master.clear_grads()
             if group.grads.lands_at_optimizer:
@@ -117,11 +121,11 @@ class ZeroOptimizer:
         if self._sharded:
             self._all_gather_params()
         self.loss_scaler.update(False)
-        residence = self._state_residence
+        placement = self._homes.optimizer.placement if self._homes.optimizer is not None else Placement.DEVICE
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    self._ledger.register(value, "optim.state", residence.placement, pinned=False)
+                    self._ledger.register(value, "optim.state", placement, pinned=False)
         return True
 
     def get_global_grad_norm(self) -> float | None:

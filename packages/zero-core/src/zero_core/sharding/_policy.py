@@ -2,9 +2,9 @@
 
 One frozen `StagePolicy` per stage replaces an integer stage threaded through the engine:
 the buckets, the reducer, the optimizer and the builders ask the policy a named question
-(`shards_gradients`, `grad_reduction`, ...) instead of comparing stage numbers. The
-placement of each copy (device, host or NVMe, pinned or not) is part of the policy, so
-offload is one more field here, read from the ds_config's `offload_param` and
+(`shards_gradients`, `grad_reduction`, ...) instead of comparing stage numbers. Where each
+copy lives (on the device, or at which offload device, pinned or not) is part of the policy,
+so offload is one more field here, read from the ds_config's `offload_param` and
 `offload_optimizer` blocks.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ import enum
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..memory import Placement
 
 if TYPE_CHECKING:
     from ..config import OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
@@ -29,14 +28,15 @@ class GradReduction(enum.Enum):
 
 @dataclass(frozen=True)
 class Residence:
-    """One copy's placement, and whether its host memory is pinned."""
+    """Where one copy lives: on the device, or at a registered offload device (its memory's
+    placement, host or NVMe, is the device's own); and whether pinning was asked for."""
 
-    placement: Placement = Placement.DEVICE
+    offload_device: str | None = None  # the offload device's registered name ("cpu", "nvme", a plugin's)
     pinned: bool = False
 
     @property
     def offloaded(self) -> bool:
-        return self.placement is not Placement.DEVICE
+        return self.offload_device is not None
 
 
 ON_DEVICE = Residence()
@@ -86,5 +86,4 @@ def policy_for(zero: ZeroOptimizationConfig) -> StagePolicy:
 def _residence(block: OffloadOptimizerConfig | OffloadParamConfig | None) -> Residence:
     if block is None or block.device == "none":
         return ON_DEVICE
-    placement = Placement.HOST if block.device == "cpu" else Placement.NVME
-    return Residence(placement, pinned=bool(block.pin_memory))
+    return Residence(block.device, pinned=bool(block.pin_memory))

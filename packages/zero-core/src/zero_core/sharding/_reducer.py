@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from zero_plugins import ZeroError
@@ -110,7 +111,8 @@ class GradReducer:
             )
         if self._reduction is _EVERY_BACKWARD:
             # a second arrival is a second use of the parameter within one backward: it adds
-            bucket.write(self._buffer(bucket), index, param.grad.reshape(-1), index in bucket.arrived)
+            grad = cast(torch.Tensor, param.grad)  # a post-accumulate-grad hook runs once autograd has set it
+            bucket.write(self._buffer(bucket), index, grad.reshape(-1), index in bucket.arrived)
             param.grad = None
         bucket.arrived.add(index)
         if len(bucket.arrived) == len(bucket.slots):

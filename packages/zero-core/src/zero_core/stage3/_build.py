@@ -115,7 +115,7 @@ def _make_whole(param: torch.nn.Parameter, context: BuildContext, trainable: boo
     """A persistent parameter: whole on every rank (trainable ones are flattened with their group later)."""
     if unit_of(param) is not None:
         param.data = param.data.clone()  # its Init unit's buffer is about to be dropped
-        del param._zero_unit
+        delattr(param, "_zero_unit")  # set by ParamUnit (not an attribute torch.nn.Parameter declares)
     if not trainable:
         place_frozen([param], context)
 

@@ -16,6 +16,8 @@ import time
 import warnings
 import weakref
 
+import torch
+
 from ..memory import MemoryLedger
 
 HELD_CATEGORY = "param.gathered.held"
@@ -31,11 +33,11 @@ class HeldParametersWarning(UserWarning):
 class HeldMemoryDetector:
     def __init__(self, ledger: MemoryLedger) -> None:
         self._ledger = ledger
-        self._pending: list[tuple[weakref.ref, str]] = []
+        self._pending: list[tuple[weakref.ref[torch.UntypedStorage], str]] = []
         self._warned = False
         self.held_units: list[str] = []  # units found held, in order (for reports and tests)
 
-    def released(self, storage: weakref.ref, name: str) -> None:
+    def released(self, storage: weakref.ref[torch.UntypedStorage], name: str) -> None:
         if storage() is not None:
             self._pending.append((storage, name))
 
@@ -50,8 +52,8 @@ class HeldMemoryDetector:
             if alive is not None:
                 self._held(alive, name)
 
-    def _held(self, storage: object, name: str) -> None:
-        self._ledger.relabel(storage, HELD_CATEGORY)  # type: ignore[arg-type]
+    def _held(self, storage: torch.UntypedStorage, name: str) -> None:
+        self._ledger.relabel(storage, HELD_CATEGORY)
         self.held_units.append(name)
         if not self._warned:
             self._warned = True

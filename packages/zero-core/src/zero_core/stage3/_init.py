@@ -37,7 +37,12 @@ from ._init_mode import InitMode
 from ._init_names import ModelNames
 from ._init_units import InitUnits
 
-_state = threading.local()
+
+class _InitState(threading.local):
+    depths: dict[int, int]  # id(module) -> how deep its __init__ calls are nested; set on first use per thread
+
+
+_state = _InitState()
 
 
 class Init:
@@ -80,20 +85,23 @@ class Init:
         self._original_init_subclass = torch.nn.Module.__dict__.get("__init_subclass__")
         init = self
 
-        def init_subclass(cls: type, **kwargs: Any) -> None:  # classes defined inside the block
+        def init_subclass(cls: type[torch.nn.Module], /, **kwargs: Any) -> None:  # classes defined inside the block
             super(torch.nn.Module, cls).__init_subclass__(**kwargs)
             if "__init__" in cls.__dict__:
                 init._wrap(cls)
 
-        torch.nn.Module.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
-        self._mode.__enter__()
+        # Init patches classes (here, in __exit__ and in _wrap) with setattr: mypy rejects assigning to a method.
+        setattr(torch.nn.Module, "__init_subclass__", classmethod(init_subclass))
+        # torch leaves TorchFunctionMode's __enter__/__exit__ unannotated; mypy's untyped_calls_exclude
+        # (mypy.ini) does not cover calls through a subclass.
+        self._mode.__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         if not self.enabled:
             return
-        self._mode.__exit__(kind, error, trace)
+        self._mode.__exit__(kind, error, trace)  # type: ignore[no-untyped-call]  # see __enter__
         try:
             if kind is None:
                 self._units.flush()
@@ -101,12 +109,12 @@ class Init:
                 self._units.release()
         finally:
             for cls, original in reversed(self._patched):
-                cls.__init__ = original
+                setattr(cls, "__init__", original)
             self._patched.clear()
             if self._original_init_subclass is None:
                 del torch.nn.Module.__init_subclass__
             else:
-                torch.nn.Module.__init_subclass__ = self._original_init_subclass
+                setattr(torch.nn.Module, "__init_subclass__", self._original_init_subclass)
 
     def _wrap(self, cls: type) -> None:
         original = cls.__dict__["__init__"]
@@ -129,7 +137,7 @@ class Init:
             if depth == 0:  # the outermost __init__ of this module has returned: its parameters exist
                 init._built(module)
 
-        cls.__init__ = wrapped
+        setattr(cls, "__init__", wrapped)
         self._patched.append((cls, original))
 
     def _starting(self, module: torch.nn.Module) -> None:
@@ -153,7 +161,9 @@ def _depths() -> dict[int, int]:
 
 
 def _subclasses(cls: type) -> list[type]:
-    found, stack = [], [cls]
+    # type[object], not bare type (type[Any]), so that mypy can infer what __subclasses__() returns
+    found: list[type[object]] = []
+    stack: list[type[object]] = [cls]
     while stack:
         for sub in stack.pop().__subclasses__():
             if sub not in found:

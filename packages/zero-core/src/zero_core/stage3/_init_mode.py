@@ -53,7 +53,8 @@ class InitMode(TorchFunctionMode):
         finally:
             self._paused -= 1
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         attribute = _attribute(func)
         if self._paused or attribute in _METADATA:
@@ -63,7 +64,8 @@ class InitMode(TorchFunctionMode):
         stale = self._check_stale(tensors, units)
         self._units.gather(units)
         if attribute == "data" and func.__name__ == "__set__" and self._units.managed(args[0]) is not None:
-            result = self._set_data(args[0], args[1])
+            self._set_data(args[0], args[1])
+            result = None
         else:
             result = func(*args, **kwargs)
         self._units.write_through(stale)

@@ -30,7 +30,7 @@ class StaleBuffer:
         storage = self.storage()
         if storage is None:
             return None
-        return torch.empty(0, dtype=self.dtype, device=storage.device).set_(storage, 0, (self.numel,))
+        return torch.empty(0, dtype=self.dtype, device=storage.device).set_(storage, 0, (self.numel,), (1,))
 
     def param_at(self, tensor: torch.Tensor) -> torch.nn.Parameter:
         """The parameter whose slot `tensor` (an alias of this buffer) starts in."""

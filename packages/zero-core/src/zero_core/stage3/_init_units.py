@@ -117,7 +117,7 @@ class InitUnits:
         self._versions[unit] += 1
 
 
-def _await_release(storages: list[weakref.ref], timeout: float = 1.0) -> None:
+def _await_release(storages: list[weakref.ref[torch.UntypedStorage]], timeout: float = 1.0) -> None:
     """Give gloo a moment to drop the whole parameters it broadcast.
 
     gloo's worker thread releases a communicated tensor shortly after the call returns; until

@@ -64,9 +64,11 @@ class ParamUnit:
             fill_shard(self.shard, self.layout, comm.rank)
         for slot in self.layout.slots:
             param = slot.param
-            param.ds_numel = slot.numel  # DeepSpeed's names, read by zero-estimate and by users' code
-            param.ds_shape = slot.shape
-            param._zero_unit = self
+            # Attributes torch.nn.Parameter does not declare: DeepSpeed's names, read by zero-estimate and by
+            # users' code, and the unit (read by unit_of).
+            setattr(param, "ds_numel", slot.numel)
+            setattr(param, "ds_shape", slot.shape)
+            setattr(param, "_zero_unit", self)
             param.data = self._empty
 
     @property
@@ -107,7 +109,7 @@ class ParamUnit:
         for slot in self.layout.slots:
             slot.param.data = self.buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
 
-    def free(self) -> weakref.ref:
+    def free(self) -> weakref.ref[torch.UntypedStorage]:
         """Empty the parameters and drop the buffer; returns a weak reference to the buffer's storage."""
         self.wait()
         assert self.buffer is not None

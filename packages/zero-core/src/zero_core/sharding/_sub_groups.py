@@ -1,0 +1,32 @@
+"""Sub-groups: the optimizer steps an offloaded master `sub_group_size` elements at a time, as DeepSpeed does.
+
+With the optimizer state offloaded, each master tensor is handed to the optimizer as views
+of at most `sub_group_size` elements, and the step runs one view at a time, so whatever
+the optimizer allocates for a parameter (torch's single-tensor Adam makes parameter-sized
+temporaries) is bounded by a sub-group, and an NVMe swapper can bring in one sub-group's
+state at a time. Adam and its kin are elementwise, so the result equals one step over the
+whole tensor.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def sub_group_views(tensors: list[torch.Tensor], max_numel: int) -> list[torch.Tensor]:
+    """Consecutive views of each 1-D tensor, each of at most `max_numel` elements."""
+    views = []
+    for tensor in tensors:
+        views.extend(tensor.split(max_numel) if tensor.numel() > 0 else [tensor])
+    return views
+
+
+def step_by_sub_group(optimizer: torch.optim.Optimizer) -> None:
+    """One step of every parameter, one parameter (sub-group) at a time, with its group's settings."""
+    groups = optimizer.param_groups
+    try:
+        for group in groups:
+            for param in group["params"]:
+                optimizer.param_groups = [{**group, "params": [param]}]
+                optimizer.step()
+    finally:
+        optimizer.param_groups = groups
