@@ -14,7 +14,7 @@ import torch
 
 def sub_group_views(tensors: list[torch.Tensor], max_numel: int) -> list[torch.Tensor]:
     """Consecutive views of each 1-D tensor, each of at most `max_numel` elements."""
-    views = []
+    views: list[torch.Tensor] = []
     for tensor in tensors:
         views.extend(tensor.split(max_numel) if tensor.numel() > 0 else [tensor])
     return views
