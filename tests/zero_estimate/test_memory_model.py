@@ -76,24 +76,29 @@ def test_frozen_params_carry_no_grads_or_optimizer_state():
     assert backward["optim.master"] + backward["optim.state"] == 12 * (P // 10) // N
 
 
-def test_cpu_offload_moves_master_state_and_fp32_grads_to_pinned_host_memory_per_node():
+def test_cpu_offload_moves_master_state_and_fp32_grads_to_the_host_and_pins_only_the_grads():
     result = estimate(MODEL, FOUR_GPUS, Training(), ZeroSettings(stage=2, offload_optimizer="cpu"))
     gpu = result.by_category("gpu", "step")
-    assert not {"optim.master", "optim.state", "grad.partition"} & set(gpu)  # grads go to the host in backward
-    host = result.by_category("cpu", "step")
-    assert host["optim.master"] == N * 4 * P // N and host["optim.state"] == N * 8 * P // N
-    assert host["grad.partition"] == N * 4 * P // N
-    assert result.total("pinned", "step") == 16 * P  # DeepSpeed's 16 bytes per param on the host
+    assert not {"optim.master", "optim.state", "grad.partition", "optim.grad"} & set(gpu)
+    # per GPU's process, as the ledger counts: one reduce bucket (P <= reduce_bucket_size), so one shard
+    host = result.by_category("host", "step", per_rank=True)
+    assert host == {"optim.master": 4 * P // N, "optim.state": 8 * P // N + 4}  # Adam's step count: 4 B a tensor
+    pinned = result.by_category("host.pinned", "step", per_rank=True)
+    assert pinned == {"grad.partition": -(-4 * P // N // 4096) * 4096}  # whole pages
+    assert result.total("pinned", "step") == N * pinned["grad.partition"]  # a node holds one per GPU
+    assert result.total("cpu", "step") == N * (sum(host.values()) + pinned["grad.partition"])
     unpinned = estimate(MODEL, FOUR_GPUS, Training(), ZeroSettings(stage=2, offload_optimizer="cpu", pin_memory=False))
     assert unpinned.total("pinned", "step") == 0
+    assert unpinned.by_category("host", "step", per_rank=True)["grad.partition"] == 4 * P // N  # not rounded
 
 
 def test_param_offload_and_nvme_put_partitions_on_their_devices():
     zero = ZeroSettings(stage=3, offload_optimizer="nvme", offload_param="nvme")
     result = estimate(MODEL, FOUR_GPUS, Training(), zero)
     nvme = result.by_category("nvme", "init")
-    assert nvme == {"param.partition": N * 2 * P // N, "optim.master": N * 4 * P // N, "optim.state": N * 8 * P // N}
-    swap = result.by_category("cpu", "init")["swap.buffer"]
+    states = N * (8 * P // N + 4)  # Adam's m and v, and a step count for the one master tensor
+    assert nvme == {"param.partition": N * 2 * P // N, "optim.master": N * 4 * P // N, "optim.state": states}
+    swap = result.by_category("host.pinned", "init")["swap.buffer"]
     assert swap == N * (5 * 100_000_000 * 2 + 4 * 4 * P // N)  # param buffers + optimizer sub-group buffers
     assert "param.partition" not in result.by_category("gpu", "init")
 
@@ -152,8 +157,9 @@ def test_every_line_uses_a_ledger_category_and_explains_itself():
     result = estimate(from_preset("llama-2-7b"), Cluster(8), Training(), ZeroSettings(stage=3, offload_optimizer="cpu"))
     assert {line.category for line in result.lines} <= set(CATEGORIES)
     master = next(line for line in result.lines if line.category == "optim.master")
-    assert (master.formula, master.numbers) == ("g * 4 * ceil(T/N)", "8 * 4 * ceil(6,738,415,616/8)")
-    assert master.bytes == 8 * 4 * 842_301_952
+    # S: this rank's shards of llama's 227 units and small-param bucket, each padded to 8 ranks
+    assert (master.location, master.formula, master.numbers) == ("host", "4 * S", "4 * 842,301,952")
+    assert master.bytes == 4 * 842_301_952  # per GPU's process
 
 
 def test_pythia_lora_stage_3_holds_less_after_init_but_more_in_forward_without_memory_efficient_linear():

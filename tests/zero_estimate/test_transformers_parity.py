@@ -5,7 +5,9 @@ Skips where transformers (and torch) are not installed, as in the zero-estimate 
 from __future__ import annotations
 
 import pytest
-from zero_estimate import from_hf_config, from_module
+from zero_estimate import ZeroSettings, from_hf_config, from_module
+from zero_estimate._formula import Q
+from zero_estimate._partitions import optimizer_shards, param_shards
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -143,3 +145,27 @@ def test_a_live_hugging_face_model_gets_its_transformer_shape_for_activations():
     model = _built(_config("llama-gqa"), head=True)
     shape = from_module(model).shape
     assert (shape.num_layers, shape.hidden_size, shape.num_heads, shape.vocab_size) == (3, 64, 8, 1000)
+
+
+@pytest.mark.parametrize("head", [True, False], ids=["with-head", "bare"])
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_config_modules_come_in_the_order_the_model_registers_its_params(case, head):
+    """The engine cuts reduce buckets in parameter order, so the offload lines need it to be exact."""
+    config = _config(case)
+    model = _built(config, head)
+    spec = from_hf_config(config, head=head)
+    ours = [shape for m in spec.instances() for shape in m.trainable + m.frozen]
+    theirs = [tuple(p.shape) for p in model.parameters()]
+    untied_t5 = config["model_type"] == "t5" and head and config.get("tie_word_embeddings") is False
+    if untied_t5:  # transformers 5 ties it anyway (see above); ours is the checkpoint's own lm_head, last
+        theirs.append((config["vocab_size"], config["d_model"]))
+    assert ours == theirs
+    if untied_t5:
+        return
+    live = from_module(model)
+    for stage in (2, 3):
+        zero = ZeroSettings(stage=stage, reduce_bucket_size=5000, stage3_param_persistence_threshold=THRESHOLD)
+        counts = (Q.var("T", spec.trainable_params), Q.var("N", 4))
+        assert optimizer_shards(spec, zero, 4, *counts).sizes == optimizer_shards(live, zero, 4, *counts).sizes
+        units = (Q.var("P", spec.total_params), Q.var("N", 4))
+        assert param_shards(spec, zero, 4, *units).sizes == param_shards(live, zero, 4, *units).sizes

@@ -9,7 +9,7 @@ Two models of memory:
 from ._ds_table import DsRow
 from ._errors import EstimateError
 from ._estimate import Estimate, estimate
-from ._lines import CATEGORIES, PHASES, Line
+from ._lines import CATEGORIES, LOCATIONS, PHASES, Line
 from ._plan import Candidate, Limits, Plan, plan
 from ._presets import PRESETS
 from ._settings import Cluster, Training, ZeroSettings
@@ -30,6 +30,7 @@ from .stage_1_and_2 import (
 
 __all__ = [
     "CATEGORIES",
+    "LOCATIONS",
     "PHASES",
     "PRESETS",
     "Candidate",

@@ -10,13 +10,28 @@ from ._settings import DEFAULT_SEQ_LEN, Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
 from ._states import state_lines
 
-# "pinned" is the part of "cpu" that is page-locked; the ledger reports it as pinned.host.
+# The per-phase totals the reports show: per GPU, and per node for host memory ("cpu": pageable and
+# pinned), its pinned part ("pinned", the ledger's "host.pinned") and NVMe.
 REPORT_DEVICES = ("gpu", "cpu", "pinned", "nvme")
+# What `where` may name: a line's location, or one of the report's totals.
+_WHERE = {
+    "gpu": ("gpu",),
+    "host": ("host",),
+    "host.pinned": ("host.pinned",),
+    "pinned": ("host.pinned",),
+    "cpu": ("host", "host.pinned"),
+    "nvme": ("nvme",),
+}
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes per GPU (device "gpu") and per node (cpu, pinned, nvme), copy by copy and phase by phase.
+    """Bytes per GPU and per node, copy by copy and phase by phase.
+
+    Each line is per GPU's process (per rank), as the engine's ledger counts it. `total`,
+    `peak` and `by_category` give the GPU per GPU, and host memory and NVMe per node (the
+    node's `gpus_per_node` processes), unless `per_rank=True`. `where` is a location ("gpu",
+    "host", "host.pinned", "nvme"), or "cpu" for all host memory and "pinned" for its pinned part.
 
     Phases: init (after the engine is built; on the host, while the model loads), forward
     (end of forward, activations all held), backward (its start, gradients being made) and
@@ -31,24 +46,27 @@ class Estimate:
     lines: tuple[Line, ...]
     notes: tuple[str, ...]
 
-    def total(self, device: str, phase: str) -> int:
-        return sum(line.bytes for line in self._on(device) if phase in line.phases)
+    def total(self, where: str, phase: str, *, per_rank: bool = False) -> int:
+        return sum(self.by_category(where, phase, per_rank=per_rank).values())
 
-    def peak(self, device: str = "gpu") -> tuple[str, int]:
-        """The phase where `device` holds the most, and how much (the first such phase on ties)."""
-        return max(((phase, self.total(device, phase)) for phase in PHASES), key=lambda item: item[1])
+    def peak(self, where: str = "gpu", *, per_rank: bool = False) -> tuple[str, int]:
+        """The phase where `where` holds the most, and how much (the first such phase on ties)."""
+        totals = ((phase, self.total(where, phase, per_rank=per_rank)) for phase in PHASES)
+        return max(totals, key=lambda item: item[1])
 
-    def by_category(self, device: str, phase: str) -> dict[str, int]:
+    def by_category(self, where: str, phase: str, *, per_rank: bool = False) -> dict[str, int]:
+        scale = 1 if per_rank or where == "gpu" else self.cluster.gpus_per_node
         totals: dict[str, int] = {}
-        for line in self._on(device):
+        for line in self.at(where):
             if phase in line.phases:
-                totals[line.category] = totals.get(line.category, 0) + line.bytes
+                totals[line.category] = totals.get(line.category, 0) + scale * line.bytes
         return totals
 
-    def _on(self, device: str) -> list[Line]:
-        if device == "pinned":
-            return [line for line in self.lines if line.pinned]
-        return [line for line in self.lines if line.device == device]
+    def at(self, where: str) -> list[Line]:
+        """The lines at `where` (a location, or "cpu" / "pinned")."""
+        if where not in _WHERE:
+            raise EstimateError(f"unknown location {where!r}; choose from: {', '.join(_WHERE)}", "where")
+        return [line for line in self.lines if line.location in _WHERE[where]]
 
     def as_dict(self) -> dict[str, object]:
         return {

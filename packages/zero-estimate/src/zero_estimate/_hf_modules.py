@@ -3,6 +3,11 @@
 `head=True` is the model with its language-modelling head, as trained (…ForCausalLM,
 T5ForConditionalGeneration, BertForMaskedLM); `head=False` the bare model (AutoModel).
 Shapes follow transformers 5: nn.Linear weights are (out, in), GPT-2's Conv1D (in, out).
+
+Modules are listed in the order `model.parameters()` yields their parameters (a module's
+own parameters before its children's), and a transformer block's modules are consecutive
+with the same `count` (ModelSpec's convention), so the engine's reduce buckets, which are
+cut in that order, can be laid out exactly (zero_estimate._partitions).
 """
 from __future__ import annotations
 
@@ -66,8 +71,6 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
     q, kv = c.num_attention_heads * d, c.kv_heads * d
     modules = [
         _embedding("embed_tokens", c.vocab_size, h),
-        _norm("layers.input_layernorm", h, bias=False, count=n),
-        _norm("layers.post_attention_layernorm", h, bias=False, count=n),
         _block_linear("layers.self_attn.q_proj", h, q, bias=attention_bias, count=n),
         _block_linear("layers.self_attn.k_proj", h, kv, bias=attention_bias, count=n),
         _block_linear("layers.self_attn.v_proj", h, kv, bias=attention_bias, count=n),
@@ -75,6 +78,8 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
         _block_linear("layers.mlp.gate_proj", h, i, bias=mlp_bias, count=n),
         _block_linear("layers.mlp.up_proj", h, i, bias=mlp_bias, count=n),
         _block_linear("layers.mlp.down_proj", i, h, bias=mlp_bias, count=n),
+        _norm("layers.input_layernorm", h, bias=False, count=n),
+        _norm("layers.post_attention_layernorm", h, bias=False, count=n),
         _norm("norm", h, bias=False),
     ]
     if head:
@@ -92,9 +97,6 @@ def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
         _block_linear("h.attn.c_attn", h, 3 * h, bias=True, count=n, conv1d=True),
         _block_linear("h.attn.c_proj", h, h, bias=True, count=n, conv1d=True),
         _norm("h.ln_2", h, count=n),
-        _block_linear("h.mlp.c_fc", h, inner, bias=True, count=n, conv1d=True),
-        _block_linear("h.mlp.c_proj", inner, h, bias=True, count=n, conv1d=True),
-        _norm("ln_f", h),
     ]
     if c.add_cross_attention:
         modules += [
@@ -103,6 +105,11 @@ def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
             _block_linear("h.crossattention.c_proj", h, h, bias=True, count=n, conv1d=True),
             _norm("h.ln_cross_attn", h, count=n),
         ]
+    modules += [
+        _block_linear("h.mlp.c_fc", h, inner, bias=True, count=n, conv1d=True),
+        _block_linear("h.mlp.c_proj", inner, h, bias=True, count=n, conv1d=True),
+        _norm("ln_f", h),
+    ]
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(n, h, c.n_head, c.vocab_size, max_positions=c.n_positions)
@@ -127,26 +134,39 @@ def _t5_feed_forward(prefix: str, c: T5Config, count: int) -> Modules:
 
 
 def t5(c: T5Config, head: bool) -> tuple[Modules, TransformerShape]:
-    """Encoder and decoder share the `shared` embedding; block 0 of each stack owns the relative position bias."""
+    """Encoder and decoder share the `shared` embedding; block 0 of each stack owns the relative position bias.
+
+    Block 0 is listed on its own (its bias sits between its attention and its layer norm), then
+    the other blocks as one repeated block.
+    """
     d, n_enc = c.d_model, c.num_layers
     n_dec = c.num_decoder_layers or n_enc
     modules = [_embedding("shared", c.vocab_size, d)]
     for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
         modules.append(ModuleParams(f"{stack}.embed_tokens", tied=((c.vocab_size, d),)))
-        bias_table = (c.relative_attention_num_buckets, c.num_heads)
-        modules.append(ModuleParams(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias", (bias_table,)))
-        modules += _t5_attention(f"{stack}.block.layer.0.SelfAttention", c, n)
-        modules.append(_norm(f"{stack}.block.layer.0.layer_norm", d, bias=False, count=n))
-        if stack == "decoder":
-            modules += _t5_attention(f"{stack}.block.layer.1.EncDecAttention", c, n)
-            modules.append(_norm(f"{stack}.block.layer.1.layer_norm", d, bias=False, count=n))
-        ff = "layer.2" if stack == "decoder" else "layer.1"
-        modules += _t5_feed_forward(f"{stack}.block.{ff}.DenseReluDense", c, n)
-        modules.append(_norm(f"{stack}.block.{ff}.layer_norm", d, bias=False, count=n))
+        modules += _t5_block(f"{stack}.block.0", c, 1, decoder=stack == "decoder", first=True)
+        if n > 1:
+            modules += _t5_block(f"{stack}.block", c, n - 1, decoder=stack == "decoder", first=False)
         modules.append(_norm(f"{stack}.final_layer_norm", d, bias=False))
     if head:
         modules.append(_lm_head("lm_head", d, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(n_enc + n_dec, d, c.num_heads, c.vocab_size)
+
+
+def _t5_block(prefix: str, c: T5Config, count: int, *, decoder: bool, first: bool) -> Modules:
+    d = c.d_model
+    modules = _t5_attention(f"{prefix}.layer.0.SelfAttention", c, count)
+    if first:
+        bias_table = (c.relative_attention_num_buckets, c.num_heads)
+        modules.append(ModuleParams(f"{prefix}.layer.0.SelfAttention.relative_attention_bias", (bias_table,)))
+    modules.append(_norm(f"{prefix}.layer.0.layer_norm", d, bias=False, count=count))
+    if decoder:
+        modules += _t5_attention(f"{prefix}.layer.1.EncDecAttention", c, count)
+        modules.append(_norm(f"{prefix}.layer.1.layer_norm", d, bias=False, count=count))
+    ff = "layer.2" if decoder else "layer.1"
+    modules += _t5_feed_forward(f"{prefix}.{ff}.DenseReluDense", c, count)
+    modules.append(_norm(f"{prefix}.{ff}.layer_norm", d, bias=False, count=count))
+    return modules
 
 
 def _bert_attention(prefix: str, h: int, n: int) -> Modules:
@@ -168,25 +188,26 @@ def bert(c: BertConfig, head: bool) -> tuple[Modules, TransformerShape]:
         _embedding("embeddings.token_type_embeddings", c.type_vocab_size, h),
         _norm("embeddings.LayerNorm", h),
         *_bert_attention("encoder.layer.attention", h, n),
+    ]
+    if c.add_cross_attention:
+        modules += _bert_attention("encoder.layer.crossattention", h, n)
+    modules += [
         _block_linear("encoder.layer.intermediate.dense", h, i, bias=True, count=n),
         _block_linear("encoder.layer.output.dense", i, h, bias=True, count=n),
         _norm("encoder.layer.output.LayerNorm", h, count=n),
     ]
-    if c.add_cross_attention:
-        modules += _bert_attention("encoder.layer.crossattention", h, n)
     if not head:
         modules.append(_linear("pooler.dense", h, h, bias=True))
         return modules, TransformerShape(n, h, c.num_attention_heads, v, max_positions=c.max_position_embeddings)
+    # cls.predictions owns its bias, so that comes before its children's parameters.
     modules += [
+        ModuleParams("cls.predictions", ((v,),)),
         _linear("cls.predictions.transform.dense", h, h, bias=True),
         _norm("cls.predictions.transform.LayerNorm", h),
     ]
     if c.tie_word_embeddings:
         # The decoder's weight is the word embedding and its bias is cls.predictions.bias.
-        modules += [
-            ModuleParams("cls.predictions", ((v,),)),
-            ModuleParams("cls.predictions.decoder", tied=((v, h), (v,)), features=(h, v)),
-        ]
+        modules.append(ModuleParams("cls.predictions.decoder", tied=((v, h), (v,)), features=(h, v)))
     else:
-        modules += [ModuleParams("cls.predictions", ((v,),)), _linear("cls.predictions.decoder", h, v, bias=True)]
+        modules.append(_linear("cls.predictions.decoder", h, v, bias=True))
     return modules, TransformerShape(n, h, c.num_attention_heads, v, max_positions=c.max_position_embeddings)

@@ -31,40 +31,59 @@ CATEGORIES = (
     "activations",
     "other",
 )
-# gpu lines are per GPU; host lines (cpu, nvme) are per node, summed over its GPUs' processes.
+# Where a copy lives: "gpu" is the accelerator's memory (the ledger's device-type location, "cuda",
+# or "cpu" on the CPU accelerator); the others are the ledger's own location names: "host" for
+# pageable host memory, "host.pinned" for page-locked host memory, "nvme" for swap files.
+LOCATIONS = ("gpu", "host", "host.pinned", "nvme")
+# The older device names, still accepted by Estimate.total() and friends: "cpu" is all host memory,
+# pinned or not, and "pinned" its page-locked part.
 DEVICES = ("gpu", "cpu", "nvme")
 
 
 @dataclass(frozen=True)
 class Line:
+    """One copy. `bytes` is per GPU's process (per rank), as the engine's ledger counts it, on every
+    location; a node's host and NVMe hold `gpus_per_node` times that (Estimate.total)."""
+
     category: str
-    device: str
+    location: str
     what: str
     formula: str
     numbers: str
     bytes: int
     phases: tuple[str, ...]
-    pinned: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        return self.location == "host.pinned"
+
+    @property
+    def on_host(self) -> bool:
+        """Host memory or NVMe: summed per node, over its GPUs' processes."""
+        return self.location != "gpu"
+
+    @property
+    def device(self) -> str:
+        """The location in the older device names: gpu, cpu (host memory, pinned or not) or nvme."""
+        return "cpu" if self.location.startswith("host") else self.location
 
     def as_dict(self) -> dict[str, object]:
         return {
             "category": self.category,
-            "device": self.device,
+            "location": self.location,
+            "pinned": self.pinned,
             "what": self.what,
             "formula": self.formula,
             "numbers": self.numbers,
             "bytes": self.bytes,
             "phases": list(self.phases),
-            "pinned": self.pinned,
         }
 
 
 class Lines(list[Line]):
     """Collects lines, dropping copies of zero bytes (an SGD state, a model with nothing frozen)."""
 
-    def add(
-        self, category: str, device: str, what: str, q: Q, phases: tuple[str, ...], *, pinned: bool = False
-    ) -> None:
-        assert category in CATEGORIES and device in DEVICES, (category, device)
+    def add(self, category: str, location: str, what: str, q: Q, phases: tuple[str, ...]) -> None:
+        assert category in CATEGORIES and location in LOCATIONS, (category, location)
         if q.value > 0:
-            self.append(Line(category, device, what, q.symbols, q.numbers, q.value, phases, pinned))
+            self.append(Line(category, location, what, q.symbols, q.numbers, q.value, phases))

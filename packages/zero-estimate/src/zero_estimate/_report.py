@@ -7,14 +7,20 @@ from collections.abc import Sequence
 from zero_plugins import format_table
 
 from ._estimate import Estimate
-from ._lines import CATEGORIES, PHASES
+from ._lines import CATEGORIES, LOCATIONS, PHASES
 from ._units import gib, human_count
 
 SYMBOLS = {
     "P": "params in the model",
     "T": "trainable params",
     "N": "GPUs in all (data-parallel world size)",
-    "g": "GPUs per node (host lines are per node)",
+    "S": "elements of this rank's optimizer shards, each padded to N: one per reduce bucket (stages 1-2), "
+    "per unit and per small-param bucket (stage 3)",
+    "Si": "one of those shards: a buffer of its own",
+    "K": "how many shards S is made of: fp32 master tensors, each with a step count",
+    "U": "elements of this rank's 16-bit param shards at stage 3, each padded to N: one per module unit",
+    "Ui": "one of those shards: a buffer of its own",
+    "pages": "bytes rounded up to whole pages of the host (page_size): pinned memory is locked in pages",
     "Pp": "params kept whole by stage3_param_persistence_threshold",
     "L": "params of the largest module",
     "W": "linear-layer weights",
@@ -68,6 +74,34 @@ def phase_table(estimates: Sequence[Estimate]) -> str:
     return "GiB per GPU by phase; host columns are each node's peak\n" + format_table(headers, rows)
 
 
+def host_table(estimates: Sequence[Estimate]) -> str:
+    """The lines off the GPU, by location, pinned flag and ledger category: bytes per GPU's process."""
+    columns: list[dict[tuple[str, str, str], int]] = []
+    for e in estimates:
+        column: dict[tuple[str, str, str], int] = {}
+        for line in e.lines:
+            if line.on_host:
+                key = (line.location, line.category, "all" if line.phases == PHASES else ",".join(line.phases))
+                column[key] = column.get(key, 0) + line.bytes
+        columns.append(column)
+    keys = sorted({key for column in columns for key in column}, key=_host_order)
+    rows = [
+        [location, "yes" if location == "host.pinned" else "no", category, phases,
+         *(f"{column[key]:,}" if key in column else "" for column in columns)]
+        for key in keys
+        for location, category, phases in [key]
+    ]
+    stages = [f"stage {e.zero.stage} {e.zero.label()}" for e in estimates]
+    headers = ["location", "pinned", "category", "phases", *stages]
+    title = "Bytes per GPU's process off the GPU, as the engine's ledger counts them (a node holds one per GPU)"
+    return title + "\n" + format_table(headers, rows)
+
+
+def _host_order(key: tuple[str, str, str]) -> tuple[int, int, str]:
+    location, category, phases = key
+    return LOCATIONS.index(location), CATEGORIES.index(category), phases
+
+
 def category_table(estimates: Sequence[Estimate]) -> str:
     peaks = [e.peak("gpu")[0] for e in estimates]
     columns = [e.by_category("gpu", phase) for e, phase in zip(estimates, peaks)]
@@ -97,9 +131,13 @@ def explain(estimates: Sequence[Estimate]) -> str:
         phase, peak = e.peak("gpu")
         out = [f"stage {e.zero.stage}, offload {e.zero.label()}: GPU peak {gib(peak)} GiB at {phase}"]
         for line in e.lines:
-            where = f"{line.device}{', pinned' if line.pinned else ''}; {' '.join(line.phases)}"
+            where = f"{line.location}{', pinned' if line.pinned else ''}; {' '.join(line.phases)}"
             out.append(f"  {line.category:<16} {line.what} [{where}]")
-            out.append(f"      {line.formula} = {line.numbers} = {line.bytes:,} B = {gib(line.bytes)} GiB")
+            per = "per GPU" if not line.on_host else "per process"
+            figure = f"{line.formula} = {line.numbers} = {line.bytes:,} B = {gib(line.bytes)} GiB {per}"
+            if line.on_host and e.cluster.gpus_per_node > 1:
+                figure += f" (x {e.cluster.gpus_per_node} per node)"
+            out.append(f"      {figure}")
         blocks.append("\n".join(out))
     return "\n\n".join(blocks)
 
@@ -109,7 +147,7 @@ def _symbols(formula: str) -> set[str]:
 
 
 def report_text(estimates: Sequence[Estimate], *, with_explain: bool) -> str:
-    parts = [describe(estimates[0]), phase_table(estimates), category_table(estimates)]
+    parts = [describe(estimates[0]), phase_table(estimates), category_table(estimates), host_table(estimates)]
     if with_explain:
         parts.append(explain(estimates))
     if notes(estimates):

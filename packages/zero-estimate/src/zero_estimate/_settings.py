@@ -20,14 +20,19 @@ DEFAULT_SEQ_LEN = 2048
 
 @dataclass(frozen=True)
 class Cluster:
-    """Data-parallel GPUs: `gpus_per_node` on each of `nodes` machines."""
+    """Data-parallel GPUs: `gpus_per_node` on each of `nodes` machines.
+
+    page_size: the hosts' memory page in bytes; pinned host memory is locked in whole pages.
+    """
 
     gpus_per_node: int = 1
     nodes: int = 1
+    page_size: int = 4096
 
     def __post_init__(self) -> None:
         _checks.count(self.gpus_per_node, "gpus_per_node")
         _checks.count(self.nodes, "nodes")
+        _checks.count(self.page_size, "page_size")
 
     @property
     def world_size(self) -> int:

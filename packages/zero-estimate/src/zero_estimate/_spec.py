@@ -7,6 +7,7 @@ threshold), the linear weights autograd keeps alive, Adafactor's factored state,
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import _checks
@@ -89,7 +90,14 @@ class LoraSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model as the estimator sees it. Build one with the `from_*` functions of zero_estimate."""
+    """A model as the estimator sees it. Build one with the `from_*` functions of zero_estimate.
+
+    `modules` lists the modules in the order `model.parameters()` yields their parameters, each
+    module's own shapes in registration order. Consecutive modules with the same `count` are
+    one repeated block (a transformer layer): the model registers every module of the block
+    once, then again, `count` times (`instances()`). The engine cuts its reduce buckets in this
+    order, so the estimate can lay them out as it does.
+    """
 
     name: str
     total_params: int
@@ -116,6 +124,19 @@ class ModelSpec:
             shape=shape,
             lora=lora,
         )
+
+    def instances(self) -> Iterator[ModuleParams]:
+        """Every module once per repetition, in the order the model registers their parameters."""
+        start = 0
+        while start < len(self.modules):
+            count = self.modules[start].count
+            stop = start
+            while stop < len(self.modules) and self.modules[stop].count == count:
+                stop += 1
+            block = self.modules[start:stop]
+            for _ in range(count):
+                yield from block
+            start = stop
 
     def persistent_params(self, threshold: int) -> int:
         """Params ZeRO-3 keeps whole on every rank: each parameter with at most `threshold` elements.

@@ -1,7 +1,9 @@
 """Model states, copy by copy: params, gradients, optimizer, buckets, host and NVMe buffers.
 
-Each line is per GPU (device "gpu") or per node (host devices), with the phases in which
-it is live. The stage contracts are DESIGN.md's:
+Each line is per GPU's process (per rank), at a location ("gpu", or the ledger's "host",
+"host.pinned", "nvme"), with the phases in which it is live. Offloaded copies are laid out
+as the engine lays them out (_partitions.py), so they equal its ledger byte for byte where
+the model's modules are known. The stage contracts are DESIGN.md's:
     stage 0: whole params, grads and optimizer on every GPU
     stage 1: optimizer partitioned (1/N each)
     stage 2: + gradients partitioned (reduce-scattered in buckets during backward)
@@ -12,6 +14,7 @@ from __future__ import annotations
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
 from ._lines import ALWAYS, BACKWARD, BACKWARD_STEP, FORWARD_BACKWARD, INIT, STEP, Lines
+from ._partitions import Shards, optimizer_shards, param_shards
 from ._settings import Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
 
@@ -28,7 +31,8 @@ class _Context:
         self.P = Q.var("P", spec.total_params)
         self.T = Q.var("T", spec.trainable_params)
         self.N = Q.var("N", cluster.world_size)
-        self.g = Q.var("g", cluster.gpus_per_node)
+        self.world_size = cluster.world_size
+        self.page = cluster.page_size
         self.b = Q.const(training.param_bytes)
         self.word = "16-bit" if training.mixed else "fp32"
         # The optimizer's share of the trainable params on this GPU: all of it at stage 0.
@@ -64,18 +68,22 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     Pn = c.P - Pp if persistent else c.P
     what = f"{c.word} params of <= {threshold:,} elements, whole on every GPU"
     lines.add("param.persistent", "gpu", what, c.b * Pp, ALWAYS)
-    partition = c.b * Pn.per(c.N)
     device = c.zero.offload_param
     if device == "none":
-        lines.add("param.partition", "gpu", f"{c.word} param partition", partition, ALWAYS)
-    elif device == "cpu":
-        what = f"{c.word} param partitions offloaded to the host"
-        lines.add("param.partition", "cpu", what, c.g * partition, ALWAYS, pinned=c.pinned)
+        lines.add("param.partition", "gpu", f"{c.word} param partition", c.b * Pn.per(c.N), ALWAYS)
     else:
-        lines.add("param.partition", "nvme", f"{c.word} param partitions offloaded to NVMe", c.g * partition, ALWAYS)
-        buffers = Q.var("nb", c.zero.param_buffer_count) * Q.var("bs", c.zero.param_buffer_size)
-        what = "param swap buffers (offload_param.buffer_count x buffer_size)"
-        lines.add("swap.buffer", "cpu", what, c.g * buffers * c.b, ALWAYS, pinned=True)
+        shards = param_shards(c.spec, c.zero, c.world_size, Pn, c.N)
+        _bound_note(c, shards, "offload_param's param partitions")
+        if device == "cpu":
+            where, q = _on_host(c, shards, c.b.value, "Ui")
+            what = f"{c.word} param partitions offloaded to the host, one buffer per module unit"
+            lines.add("param.partition", where, what, q, ALWAYS)
+        else:
+            what = f"{c.word} param partitions offloaded to NVMe"
+            lines.add("param.partition", "nvme", what, c.b * shards.total, ALWAYS)
+            buffers = Q.var("nb", c.zero.param_buffer_count) * Q.var("bs", c.zero.param_buffer_size)
+            what = "param swap buffers (offload_param.buffer_count x buffer_size)"
+            lines.add("swap.buffer", "host.pinned", what, buffers * c.b, ALWAYS)
     if c.spec.largest_layer_params is None:
         c.notes.append("largest layer unknown (pass --largest-layer): the stage-3 working set assumes 0 + prefetch")
     L = Q.var("L", c.spec.largest_layer_params or 0)
@@ -109,32 +117,77 @@ def _gradients(c: _Context, lines: Lines) -> None:
 
 
 def _optimizer(c: _Context, lines: Lines) -> None:
-    device = {"none": "gpu", "cpu": "cpu", "nvme": "nvme"}[c.zero.offload_optimizer]
-    on_host = device != "gpu"
-    pinned = c.pinned and device == "cpu"
-
-    def add(category: str, what: str, q: Q) -> None:
-        lines.add(category, device, what, c.g * q if on_host else q, ALWAYS, pinned=pinned)  # host: per node
-
-    if c.training.mixed or on_host:
-        add("optim.master", "fp32 master params", 4 * c.T_part)
-    add("optim.state", *_state(c))
-    if on_host:
-        what = "fp32 grad partition on the host, filled during backward for the CPU step"
-        lines.add("grad.partition", "cpu", what, c.g * 4 * c.T_part, ALWAYS, pinned=c.pinned)
-    elif c.training.mixed:
+    if c.zero.offload_optimizer != "none":
+        _offloaded_optimizer(c, lines)
+        return
+    # The master is a copy with 16-bit compute, or when the params it updates are offloaded.
+    if c.training.mixed or c.zero.offload_param != "none":
+        lines.add("optim.master", "gpu", "fp32 master params", 4 * c.T_part, ALWAYS)
+    lines.add("optim.state", "gpu", *_state(c), ALWAYS)
+    if c.training.mixed:
         upcast = c.T_part
         if c.zero.stage == 3:  # stage 3 steps one sub-group at a time
             upcast = smallest(c.T_part, Q.var("SG", c.zero.sub_group_size))
         lines.add("optim.grad", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * upcast, STEP)
-    if device == "nvme":
-        sub_group = smallest(Q.var("SG", c.zero.sub_group_size), c.T_part)
+
+
+def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
+    """The engine's offloaded optimizer: per shard, an fp32 master and the optimizer's state (pageable:
+    the CPU step works on them) and an fp32 gradient buffer (pinned: the device's gradients land in it).
+
+    Nothing of the optimizer stays on the GPU: the CPU step makes no fp32 copy there, and
+    micro-batches accumulate in the fp32 gradient buffers, so accumulation adds nothing.
+    """
+    shards = optimizer_shards(c.spec, c.zero, c.world_size, c.T, c.N)
+    _bound_note(c, shards, "offload_optimizer's buffers")
+    S, K = shards.total, Q.var("K", shards.count)
+    where = "nvme" if c.zero.offload_optimizer == "nvme" else "host"
+    lines.add("optim.master", where, "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
+    what, state = _offloaded_state(c, S, K)
+    lines.add("optim.state", where, what, state, ALWAYS)
+    grads_where, grads = _on_host(c, shards, 4, "Si")
+    if c.zero.stage == 1:
+        # Stage 1 reduces whole 16-bit grads on the GPU; the step copies its slices into these buffers.
+        what = "fp32 grads the CPU step reads, one buffer per shard, filled at the step"
+        lines.add("optim.grad", grads_where, what, grads, ALWAYS)
+    else:
+        what = "fp32 grad partition, one buffer per shard, reduced grads added to it during backward"
+        lines.add("grad.partition", grads_where, what, grads, ALWAYS)
+    if c.zero.offload_optimizer == "nvme":
+        sub_group = smallest(Q.var("SG", c.zero.sub_group_size), S)
         buffers = Q.var("nb", c.zero.optimizer_buffer_count) * 4 * sub_group
         what = "optimizer swap buffers (offload_optimizer.buffer_count x sub-group)"
-        lines.add("swap.buffer", "cpu", what, c.g * buffers, ALWAYS, pinned=True)
-    if c.training.grad_accum > 1 and c.zero.offload_param != "none":
-        what = f"{c.word} grads accumulated on the host (gradient_accumulation_steps > 1)"
-        lines.add("grad.partition", "cpu", what, c.g * c.b * c.T_part, BACKWARD_STEP, pinned=c.pinned)
+        lines.add("swap.buffer", "host.pinned", what, buffers, ALWAYS)
+
+
+def _offloaded_state(c: _Context, S: Q, K: Q) -> tuple[str, Q]:
+    """The state of the optimizer the engine steps on the host, over its flat (1-D) master tensors."""
+    name = c.training.optimizer
+    if name in ("adam", "adamw"):
+        return "Adam m and v (fp32), and a 4-byte step count per master tensor (CPUAdam)", 8 * S + 4 * K
+    if name == "adafactor":
+        # torch's Adafactor factors only matrices: on a flat master it keeps the whole second moment.
+        what = "Adafactor second moment (fp32; whole on the flat master), and a 4-byte step count per tensor"
+        return what, 4 * S + 4 * K
+    return f"{_STATE_NAMES[name]} (fp32)", Q.const(STATE_BYTES[name]) * S
+
+
+def _on_host(c: _Context, shards: Shards, per_element: int, each: str) -> tuple[str, Q]:
+    """Shards held in host memory that device transfers use: pinned buffers, each locked in whole pages,
+    unless pin_memory is false."""
+    if c.pinned:
+        return "host.pinned", shards.paged(per_element, c.page, each)
+    return "host", per_element * shards.total
+
+
+def _bound_note(c: _Context, shards: Shards, what: str) -> None:
+    if shards.exact:
+        return
+    c.notes.append(
+        f"{what}: the buckets and units are unknown from counts, so these offload lines are lower bounds "
+        f"(one buffer of {shards.total.symbols} elements); each further buffer adds under N elements of "
+        f"padding, up to a page when pinned, and a 4-byte step count (use --preset, --config or a live module)"
+    )
 
 
 def _state(c: _Context) -> tuple[str, Q]:
@@ -157,6 +210,6 @@ def _model_load(c: _Context, lines: Lines) -> None:
             c.notes.append("host memory for zero.Init model load unknown without --largest-layer")
             return
         what = "fp32 layer each GPU's process builds at a time under zero.Init"
-        lines.add("other", "cpu", what, c.g * 4 * Q.var("L", c.spec.largest_layer_params), INIT)
+        lines.add("other", "host", what, 4 * Q.var("L", c.spec.largest_layer_params), INIT)
         return
-    lines.add("other", "cpu", "fp32 model each GPU's process builds before moving it", c.g * 4 * c.P, INIT)
+    lines.add("other", "host", "fp32 model each GPU's process builds before moving it", 4 * c.P, INIT)

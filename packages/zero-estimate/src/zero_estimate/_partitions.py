@@ -1,0 +1,135 @@
+"""This rank's shards, laid out as the engine lays them out: what each offloaded copy is made of.
+
+The engine (zero-core) keeps the trainable params in flat buffers, pads each buffer to a
+multiple of the N ranks, and gives every rank one shard of each (docs/memory-model.md):
+- stages 1-2: reduce buckets of at most `reduce_bucket_size` elements, cut in reverse
+  registration order (a larger param gets a bucket of its own);
+- stage 3: one unit per module instance (its own params above
+  `stage3_param_persistence_threshold`; its frozen ones form a unit of their own), and the
+  small trainable params in buckets, as at stage 2.
+Each trainable shard is one fp32 master tensor, one fp32 gradient partition (a buffer of its
+own, pinned in whole pages when offloaded), and one optimizer step count. Each stage-3 unit
+shard, trainable or frozen, is one 16-bit param partition.
+
+A module list (a live nn.Module, a Hugging Face config) gives the layout exactly. Bare counts
+give it only in one case, a single bucket at stages 1-2; otherwise `Shards.exact` is False and
+the shards are taken as one buffer of ceil(X/N) elements, a lower bound: each further buffer
+adds under N elements of padding, a page at most when pinned, and a step count.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ._formula import Q
+from ._settings import ZeroSettings
+from ._spec import ModelSpec
+
+# How many distinct shard sizes --explain writes out before it abbreviates.
+_SHOWN_SIZES = 4
+
+
+def pages(nbytes: int, page: int) -> int:
+    """Bytes that pinning `nbytes` locks: whole pages, at least one (mlock locks pages)."""
+    return max(page, -(-nbytes // page) * page)
+
+
+def shard_numel(numel: int, world_size: int) -> int:
+    """Elements of each rank's shard of a flat buffer of `numel`: padded to N equal shards, at least one each."""
+    return max(-(-numel // world_size), 1)
+
+
+def split_into_buckets(numels: Iterable[int], max_numel: int) -> list[int]:
+    """zero-core's cut: consecutive params, at most `max_numel` elements a bucket, a larger param alone."""
+    buckets: list[int] = []
+    size, open_bucket = 0, False
+    for numel in numels:
+        if open_bucket and size + numel > max_numel:
+            buckets.append(size)
+            size, open_bucket = 0, False
+        size += numel
+        open_bucket = True
+    if open_bucket:
+        buckets.append(size)
+    return buckets
+
+
+@dataclass(frozen=True)
+class Shards:
+    """This rank's shards of one kind: `sizes` as (elements, how many shards of that size), largest first.
+
+    `total` is their elements with its formula; `exact` False when they are a lower bound (bare counts).
+    """
+
+    sizes: tuple[tuple[int, int], ...]
+    total: Q
+    exact: bool
+
+    @classmethod
+    def laid_out(cls, shards: list[int], symbol: str) -> Shards:
+        counts = Counter(shards)
+        return cls(tuple(sorted(counts.items(), reverse=True)), Q.var(symbol, sum(shards)), exact=True)
+
+    @classmethod
+    def one(cls, total: Q, exact: bool) -> Shards:
+        """A single shard of `total` elements (none when it is 0)."""
+        return cls(((total.value, 1),) if total.value else (), total, exact)
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.sizes)
+
+    def paged(self, per_element: int, page: int, each: str) -> Q:
+        """Bytes of the shards as pinned buffers of `per_element` bytes an element, each rounded up to pages."""
+        value = sum(n * pages(per_element * size, page) for size, n in self.sizes)
+        if self.count <= 1:
+            symbols, numbers = self.total.symbols, self.total.numbers
+            return Q(value, f"pages({per_element} * {symbols})", f"pages({per_element} * {numbers})")
+        terms = [f"{n:,} x pages({per_element} * {size:,})" for size, n in self.sizes[:_SHOWN_SIZES]]
+        if len(self.sizes) > _SHOWN_SIZES:
+            rest = self.sizes[_SHOWN_SIZES:]
+            terms.append(f"{sum(n for _, n in rest):,} more of {len(rest):,} other sizes")
+        return Q(value, f"sum pages({per_element} * {each})", " + ".join(terms))
+
+
+def optimizer_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, T: Q, N: Q) -> Shards:
+    """The shards of the trainable params this rank steps: one per master tensor (stages 1-3)."""
+    if not spec.modules:
+        if spec.trainable_params == 0:
+            return Shards.one(Q.var("S", 0), exact=True)
+        one_bucket = zero.stage < 3 and spec.trainable_params <= zero.reduce_bucket_size
+        return Shards.one(T.per(N), exact=one_bucket)
+    if zero.stage < 3:
+        trainable = [math.prod(shape) for m in spec.instances() for shape in m.trainable]
+        buckets = split_into_buckets(reversed(trainable), zero.reduce_bucket_size)
+        return Shards.laid_out([shard_numel(b, world_size) for b in buckets], "S")
+    threshold = zero.stage3_param_persistence_threshold
+    small: list[int] = []  # kept whole on every rank, stepped in stage-2 buckets
+    units: list[int] = []
+    for m in spec.instances():
+        numels = [math.prod(shape) for shape in m.trainable]
+        small += [n for n in numels if n <= threshold]
+        unit = sum(n for n in numels if n > threshold)  # params above the threshold have an element at least
+        if unit:
+            units.append(unit)
+    buckets = split_into_buckets(reversed(small), zero.reduce_bucket_size)
+    return Shards.laid_out([shard_numel(n, world_size) for n in buckets + units], "S")
+
+
+def param_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, partitioned: Q, N: Q) -> Shards:
+    """Stage 3's 16-bit param partitions: one shard per unit, trainable or frozen.
+
+    `partitioned` is the formula of the params above the persistence threshold, for bare counts.
+    """
+    if not spec.modules:
+        return Shards.one(partitioned.per(N), exact=False)
+    threshold = zero.stage3_param_persistence_threshold
+    units: list[int] = []
+    for m in spec.instances():
+        for shapes in (m.trainable, m.frozen):
+            numels = [math.prod(shape) for shape in shapes if math.prod(shape) > threshold]
+            if numels:
+                units.append(sum(numels))
+    return Shards.laid_out([shard_numel(n, world_size) for n in units], "U")
