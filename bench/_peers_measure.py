@@ -14,6 +14,8 @@ import zero_core
 from zero_core import StorageTracker, get_accelerator
 
 MiB = 1024 * 1024
+LR = 3e-4  # AdamW, without weight decay, in every framework
+CLIP = 1.0  # gradient clipping, in every framework
 Step = Callable[[torch.Tensor], torch.Tensor]
 Runner = Callable[[argparse.Namespace, list[torch.Tensor]], dict[str, Any]]
 PerRank = list[dict[str, dict[str, Any]]]  # per rank: framework -> its results
@@ -37,6 +39,17 @@ def make_model(args: argparse.Namespace) -> torch.nn.Module:
                            max_position_embeddings=args.seq, attn_implementation="eager")
     torch.manual_seed(0)
     return GPTNeoXForCausalLM(config)
+
+
+def base_ds_config(args: argparse.Namespace, world_size: int, bf16: bool) -> dict[str, Any]:
+    """The ds_config keys every bench shares: batch sizes, clipping, precision, torch's AdamW (as torch_step's)."""
+    return {
+        "train_micro_batch_size_per_gpu": args.micro_batch,
+        "train_batch_size": args.micro_batch * world_size,
+        "gradient_clipping": CLIP,
+        "bf16": {"enabled": bf16},
+        "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": 0.0, "torch_adam": True}},
+    }
 
 
 def count_params(args: argparse.Namespace) -> int:
@@ -105,9 +118,11 @@ def _run_zero(args: argparse.Namespace, config: dict[str, Any], data: list[torch
     def ledger() -> dict[str, Any]:
         engine = holder["engine"]
         engine.track_memory(False)
-        report = engine.memory_report()["cpu"]
-        return {"ledger_peak_bytes": report["total"]["peak"],
-                "ledger": {category: figures["peak"] for category, figures in report.items()}}
+        report = engine.memory_report()
+        peaks = {where: {category: figures["peak"] for category, figures in rows.items()}
+                 for where, rows in report.items()}
+        # "cpu" is the device; offloaded copies are at "host"/"host.pinned", though on CPU it is the same RAM
+        return {"ledger_peak_bytes": peaks["cpu"]["total"], "ledger": peaks["cpu"], "ledger_by_location": peaks}
 
     result = measure(build, data, ledger)
     holder["engine"].destroy()
@@ -133,19 +148,48 @@ def zero_and_deepspeed(ds_config: ConfigFor) -> dict[str, Runner]:
     }
 
 
+def run_fsdp2(args: argparse.Namespace, data: list[torch.Tensor], offload: bool = False) -> dict[str, Any]:
+    """FSDP2: `fully_shard` on every transformer layer and on the root over a CPU mesh (gloo), bf16 compute,
+    torch's AdamW on the fp32 shards; with `offload`, CPUOffloadPolicy (params, grads and AdamW on the host)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    def build() -> Step:
+        model = make_model(args)
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+        # pin_memory needs an accelerator; this CPU build of torch has none to pin for
+        placement = CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy()
+        for layer in model.gpt_neox.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=policy, offload_policy=placement)
+        fully_shard(model, mesh=mesh, mp_policy=policy, offload_policy=placement)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+        return torch_step(model, optimizer, autocast=False)  # FSDP2's MixedPrecisionPolicy does the casting
+
+    return measure(build, data)
+
+
 def torch_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, autocast: bool) -> Step:
-    """A plain-torch training step (bf16 autocast if asked), clipping at 1.0 as the ds_configs do."""
+    """A plain-torch training step (bf16 autocast if asked), clipping at CLIP as the ds_configs do."""
 
     def step(batch: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
 
     return step
+
+
+def print_table_head(args: argparse.Namespace, per_rank: PerRank, setting: str, header: str) -> None:
+    """What ran (model size, `setting`, ranks, batch, steps), then the table's header and rule."""
+    print(f"\nGPT-NeoX {count_params(args) / 1e6:.2f}M params, {setting}, {len(per_rank)} ranks, "
+          f"micro-batch {args.micro_batch} x {args.seq} tokens, {args.steps} steps (last {args.steps - 2} timed)")
+    print(header)
+    print("-" * len(header))
 
 
 def print_ledger(per_rank: PerRank) -> bool:

@@ -17,7 +17,10 @@ import torch.distributed as dist
 from _peers_measure import PerRank, Runner, batches
 
 
-def add_worker_args(parser: argparse.ArgumentParser, frameworks: Collection[str]) -> None:
+def add_run_args(parser: argparse.ArgumentParser, frameworks: Collection[str]) -> None:
+    """--ranks and --json, and the options the launcher passes its workers."""
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--worker", choices=list(frameworks), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
 

@@ -32,9 +32,9 @@ import torch
 import torch.distributed.optim  # noqa: F401  (ZeroRedundancyOptimizer)
 
 # the shared parts sit next to this file, on sys.path both when run directly and under torchrun
-from _peers_measure import (MiB, PerRank, Runner, Step, add_model_args, count_params, make_model, measure,
-                            print_ledger, torch_step, zero_and_deepspeed)
-from _peers_run import add_worker_args, main
+from _peers_measure import (LR, MiB, PerRank, Runner, Step, add_model_args, base_ds_config, make_model, measure,
+                            print_ledger, print_table_head, torch_step, zero_and_deepspeed)
+from _peers_run import add_run_args, main
 
 
 def parse_args() -> argparse.Namespace:
@@ -44,20 +44,14 @@ def parse_args() -> argparse.Namespace:
     add_model_args(parser)
     parser.add_argument("--bucket", type=int, default=2_000_000, help="reduce/allgather bucket size (elements)")
     parser.add_argument("--loss-rtol", type=float, default=None, help="default: 1e-5 for fp32, 1e-2 for bf16")
-    parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--ranks", type=int, default=2)
-    add_worker_args(parser, FRAMEWORKS)
+    add_run_args(parser, FRAMEWORKS)
     return parser.parse_args()
 
 
 def ds_config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     return {
-        "train_micro_batch_size_per_gpu": args.micro_batch,
+        **base_ds_config(args, world_size, bf16=args.dtype == "bf16"),
         "gradient_accumulation_steps": 1,
-        "train_batch_size": args.micro_batch * world_size,
-        "gradient_clipping": 1.0,
-        "bf16": {"enabled": args.dtype == "bf16"},
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.0, "torch_adam": True}},
         "zero_optimization": {"stage": args.stage, "reduce_bucket_size": args.bucket,
                               "allgather_bucket_size": args.bucket, "overlap_comm": False},
     }
@@ -71,9 +65,9 @@ def run_torch(args: argparse.Namespace, data: list[torch.Tensor], zero_redundanc
         model = DistributedDataParallel(make_model(args))
         if zero_redundancy:
             optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-                model.parameters(), optimizer_class=torch.optim.AdamW, lr=3e-4, weight_decay=0.0)
+                model.parameters(), optimizer_class=torch.optim.AdamW, lr=LR, weight_decay=0.0)
         else:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
         return torch_step(model, optimizer, autocast=args.dtype == "bf16")
 
     return measure(build, data)
@@ -88,13 +82,9 @@ FRAMEWORKS: dict[str, Runner] = {
 
 def report(args: argparse.Namespace, per_rank: PerRank) -> int:
     names = list(per_rank[0])
-    params = count_params(args)
-    print(f"\nGPT-NeoX {params / 1e6:.2f}M params, {args.dtype}, stage {args.stage}, {len(per_rank)} ranks, "
-          f"micro-batch {args.micro_batch} x {args.seq} tokens, {args.steps} steps (last {args.steps - 2} timed)")
     header = f"{'rank':>4}  {'framework':<16}{'peak tensors':>14}{'zero ledger':>13}{'peak RSS':>11}" \
              f"{'RSS rise':>11}{'step s':>9}{'time / zero':>13}"
-    print(header)
-    print("-" * len(header))
+    print_table_head(args, per_rank, f"{args.dtype}, stage {args.stage}", header)
     for rank, results in enumerate(per_rank):
         zero_time = results["zero"]["step_seconds"]
         for name in names:

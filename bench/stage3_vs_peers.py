@@ -23,13 +23,10 @@ import argparse
 import sys
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 # the shared parts sit next to this file, on sys.path both when run directly and under torchrun
-from _peers_measure import (MiB, PerRank, Runner, Step, add_model_args, count_params, make_model, measure,
-                            print_ledger, torch_step, zero_and_deepspeed)
-from _peers_run import add_worker_args, main
+from _peers_measure import (MiB, PerRank, Runner, add_model_args, base_ds_config, print_ledger, print_table_head,
+                            run_fsdp2, zero_and_deepspeed)
+from _peers_run import add_run_args, main
 
 FRAMEWORKS = ("zero", "deepspeed", "fsdp2")
 
@@ -38,53 +35,25 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_model_args(parser)
     parser.add_argument("--persistence", type=int, default=10_000, help="stage3_param_persistence_threshold")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--json", help="also write the results to this file")
-    add_worker_args(parser, FRAMEWORKS)
+    add_run_args(parser, FRAMEWORKS)
     return parser.parse_args()
 
 
 def ds_config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     return {
-        "train_micro_batch_size_per_gpu": args.micro_batch,
-        "train_batch_size": args.micro_batch * world_size,
-        "gradient_clipping": 1.0,
-        "bf16": {"enabled": True},
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.0, "torch_adam": True}},
+        **base_ds_config(args, world_size, bf16=True),
         "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": args.persistence,
                               "reduce_bucket_size": 2_000_000, "stage3_prefetch_bucket_size": 2_000_000},
     }
-
-
-def run_fsdp2(args: argparse.Namespace, data: list[torch.Tensor]) -> dict[str, Any]:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    def build() -> Step:
-        model = make_model(args)
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
-        for layer in model.gpt_neox.layers:
-            fully_shard(layer, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0)
-        return torch_step(model, optimizer, autocast=False)  # FSDP2's MixedPrecisionPolicy does the casting
-
-    return measure(build, data)
 
 
 RUNNERS: dict[str, Runner] = {**zero_and_deepspeed(ds_config), "fsdp2": run_fsdp2}
 
 
 def report(args: argparse.Namespace, per_rank: PerRank) -> int:
-    params = count_params(args)
-    print(f"\nGPT-NeoX {params / 1e6:.2f}M params, bf16, stage 3 (persistence threshold {args.persistence}), "
-          f"{len(per_rank)} ranks, micro-batch {args.micro_batch} x {args.seq} tokens, "
-          f"{args.steps} steps (last {args.steps - 2} timed)")
     header = (f"{'rank':>4}  {'framework':<11}{'peak tensors':>14}{'/ zero':>8}{'zero ledger':>13}{'peak RSS':>11}"
               f"{'/ zero':>8}{'step s':>9}{'/ zero':>8}")
-    print(header)
-    print("-" * len(header))
+    print_table_head(args, per_rank, f"bf16, stage 3 (persistence threshold {args.persistence})", header)
     for rank, results in enumerate(per_rank):
         ours = results["zero"]
         for name in FRAMEWORKS:

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import torch
 
+from hf_models import SMALL_GPT_NEOX, small_gpt_neox
 from parity_helpers import CLIP, GLOBAL_BATCH, LR, STEPS, split_batch_config, train_split, train_whole
 
 SEQ_LEN = 16
-VOCAB = 96
+VOCAB = SMALL_GPT_NEOX["vocab_size"]
 BUCKET = 3000  # elements: several buckets per param group
 
 CASES: dict[str, dict[str, Any]] = {
@@ -37,14 +38,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def make_model() -> torch.nn.Module:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    config = GPTNeoXConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=64, attn_implementation="eager",
-    )
-    torch.manual_seed(1234)
-    return GPTNeoXForCausalLM(config)
+    return small_gpt_neox(seed=1234)
 
 
 def make_data() -> torch.Tensor:

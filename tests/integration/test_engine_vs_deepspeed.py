@@ -12,17 +12,14 @@ from typing import Any
 import pytest
 import torch
 
+from hf_models import SMALL_GPT_NEOX, small_gpt_neox
+
 STEPS = 5
-VOCAB = 96
+VOCAB = SMALL_GPT_NEOX["vocab_size"]
 
 
 def make_model() -> torch.nn.Module:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    config = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
-    torch.manual_seed(5)
-    return GPTNeoXForCausalLM(config)
+    return small_gpt_neox(seed=5)
 
 
 def ds_config(stage: int) -> dict[str, Any]:

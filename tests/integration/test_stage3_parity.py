@@ -43,7 +43,7 @@ class Block(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.norm = torch.nn.LayerNorm(HIDDEN)
-        self.up = LoRALinear(HIDDEN, 2 * HIDDEN)
+        self.up = LoRALinear.new(HIDDEN, 2 * HIDDEN)
         self.down = torch.nn.Linear(2 * HIDDEN, HIDDEN)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

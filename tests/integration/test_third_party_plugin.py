@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from cli_helpers import run_zero
 
 EXAMPLE = Path(__file__).parent / "example_plugin"
 
@@ -24,17 +25,8 @@ def plugin_site(tmp_path_factory) -> Path:
     return target
 
 
-def zero(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(site)}
-    environment.pop("DS_ACCELERATOR", None)
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "zero_cli", *args], capture_output=True, text=True, timeout=120, env=environment
-    )
-
-
 def test_installed_plugin_is_listed_with_its_distribution(plugin_site):
-    result = zero(plugin_site, "plugins", "--json")
+    result = run_zero("plugins", "--json", PYTHONPATH=str(plugin_site))
     assert result.returncode == 0, result.stderr
     plugins = {entry["name"]: entry for entry in json.loads(result.stdout)}
     assert plugins["example"]["distribution"] == "zero-example-accelerator"
@@ -43,13 +35,13 @@ def test_installed_plugin_is_listed_with_its_distribution(plugin_site):
 
 
 def test_plugin_command_runs(plugin_site):
-    result = zero(plugin_site, "example-hello", "--json")
+    result = run_zero("example-hello", "--json", PYTHONPATH=str(plugin_site))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"hello": "example"}
 
 
 def test_plugin_accelerator_is_selected_by_ds_accelerator(plugin_site):
-    result = zero(plugin_site, "report", "--json", DS_ACCELERATOR="example")
+    result = run_zero("report", "--json", PYTHONPATH=str(plugin_site), DS_ACCELERATOR="example")
     assert result.returncode == 0, result.stderr
     accelerator = json.loads(result.stdout)["accelerator"]
     assert accelerator["selected"] == "example"
@@ -59,7 +51,7 @@ def test_plugin_accelerator_is_selected_by_ds_accelerator(plugin_site):
 
 
 def test_disabled_plugin_cannot_be_selected(plugin_site):
-    result = zero(plugin_site, "report", DS_ACCELERATOR="example", ZERO_DISABLE_PLUGINS="example")
+    result = run_zero("report", PYTHONPATH=str(plugin_site), DS_ACCELERATOR="example", ZERO_DISABLE_PLUGINS="example")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "zero: error: unknown accelerator 'example' (from DS_ACCELERATOR); available: cpu (zero-core), cuda (zero-core)"

@@ -9,9 +9,7 @@ import pytest
 from zero_cli import main
 from zero_plugins import CommandResult, ZeroError, hookimpl, installed_zero_distributions
 
-
-def run_zero(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "zero_cli", *args], capture_output=True, text=True, timeout=120)
+from cli_helpers import imported_modules, run_zero
 
 
 def test_version_lists_every_installed_zero_distribution():
@@ -86,11 +84,7 @@ def test_two_plugins_claiming_one_command_fail(plugin_manager, capsys):
 @pytest.mark.parametrize("args", [["plugins", "--json"], ["--version"]])
 def test_cli_never_imports_torch(args):
     """Entry-point modules must stay light: `zero` starts without importing torch."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "zero_cli", *args], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    imported = imported_modules(*args)
     assert "zero_cli" in imported
     assert not [name for name in imported if name.split(".")[0] in {"torch", "numpy"}]
 

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine_helpers import MEMORY_MODEL_INPUTS, count_params, memory_model, wait_until_freed
+from engine_helpers import (MEMORY_MODEL_INPUTS, collective_counts, collective_delta, count_params, memory_config,
+                            memory_model, wait_until_freed)
 
 BUCKET = 5000  # elements
 STEP_COUNTER = 4  # bytes: torch Adam's per-parameter `step` tensor (fp32 scalar)
@@ -35,22 +36,9 @@ RUNS = [(kind, stage, overlap) for kind in ("dense", "lora") for stage in (0, 1,
         for overlap in ((False, True) if stage == 2 else (False,))]
 
 
-def config(stage: int, overlap: bool, accumulation: int, world_size: int) -> dict[str, Any]:
-    return {
-        "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": accumulation,
-        "bf16": {"enabled": True},
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
-        "zero_optimization": {"stage": stage, "reduce_bucket_size": BUCKET, "overlap_comm": overlap},
-    }
-
-
-def _sent(engine) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    return {op: c["sent_bytes"] for op, c in engine.memory_report().comm.items()}
-
-
-def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    return {op: after[op] - before.get(op, 0) for op in after if after[op] != before.get(op, 0)}
+def config(stage: int, overlap: bool, accumulation: int) -> dict[str, Any]:
+    return memory_config({"stage": stage, "reduce_bucket_size": BUCKET, "overlap_comm": overlap},
+                         gradient_accumulation_steps=accumulation)
 
 
 def _measure(rank: int, world_size: int) -> dict[Any, Any]:
@@ -63,14 +51,14 @@ def _measure(rank: int, world_size: int) -> dict[Any, Any]:
         with StorageTracker() as tracker:
             model = memory_model(kind)
             frozen = [p for p in model.parameters() if not p.requires_grad]
-            engine, _, _, _ = zero_core.initialize(model=model, config=config(stage, overlap, 1, world_size))
+            engine, _, _, _ = zero_core.initialize(model=model, config=config(stage, overlap, 1))
             sent = []
             for _ in range(2):
-                before = _sent(engine)
+                before = collective_counts(engine)
                 loss = engine(x).float().pow(2).mean()
                 engine.backward(loss)
                 engine.step()
-                sent.append(_delta(_sent(engine), before))
+                sent.append(collective_delta(collective_counts(engine), before))
                 wait_until_freed(engine, ("grad.full", "grad.partition", "grad.bucket"))
             del loss
             gc.collect()
@@ -86,13 +74,13 @@ def _measure(rank: int, world_size: int) -> dict[Any, Any]:
         engine.destroy()
     for stage in (0, 1, 2):  # accumulation: what is sent on the first micro-batch and at the boundary
         x = torch.randn(4, 32).bfloat16()
-        engine, _, _, _ = zero_core.initialize(model=memory_model("dense"), config=config(stage, False, 2, world_size))
+        engine, _, _, _ = zero_core.initialize(model=memory_model("dense"), config=config(stage, False, 2))
         sent = []
         for _ in range(2):
-            before = _sent(engine)
+            before = collective_counts(engine)
             engine.backward(engine(x).float().pow(2).mean())
             engine.step()
-            sent.append(_delta(_sent(engine), before))
+            sent.append(collective_delta(collective_counts(engine), before))
         results["accumulation", stage] = sent
         engine.destroy()
     return results

@@ -28,7 +28,7 @@ def test_peaks_reset_to_the_current_figures() -> None:
     del transient
     ledger.reset_peaks()
     assert (ledger.peak("optim.grad"), ledger.peak("optim.master"), ledger.total_peak()) == (0, 40, 40)
-    assert keep.numel() == 10
+    assert ledger.current("optim.master") == keep.nbytes, "what is still alive stays counted"
 
 
 def test_tracking_files_anonymous_storages_by_phase_and_moves_registered_ones() -> None:
@@ -49,7 +49,7 @@ def test_tracking_files_anonymous_storages_by_phase_and_moves_registered_ones() 
     del activation, temporary
     gc.collect()
     assert ledger.current("activations") == 0 and ledger.current("other") == 0
-    assert owned.numel() == 32
+    assert ledger.current("grad.bucket") == owned.nbytes, "a registered storage outlives its phase"
 
 
 def test_nested_phases_keep_one_tracker_and_the_inner_label() -> None:
@@ -57,7 +57,7 @@ def test_nested_phases_keep_one_tracker_and_the_inner_label() -> None:
     ledger.set_tracking(True)
     with ledger.phase("step"), ledger.phase("backward"):
         grad = torch.ones(8) * 3
-    assert ledger.current("activations") == 32 and grad.sum() == 24
+    assert ledger.current("activations") == grad.nbytes  # 32: made in the inner (backward) phase
 
 
 def test_report_is_a_dict_per_device_and_a_table() -> None:
@@ -73,7 +73,7 @@ def test_report_is_a_dict_per_device_and_a_table() -> None:
     assert re.search(r"cpu\s+param\.persistent\s+512 B \(0\.00 MiB\)\s+512 B", text)
     assert re.search(r"all_gather\s+2\s+2048 B", text)
     assert "tracking is off" in text
-    assert kept.numel() == 256
+    assert ledger.current("param.persistent") == kept.nbytes, "reporting leaves the figures as they are"
 
 
 def test_unknown_category_is_refused() -> None:

@@ -2,26 +2,18 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
-import subprocess
 import sys
 
 import torch
 import zero_pin
 from zero_plugins import installed_zero_distributions
 
-
-def zero(*args: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "zero_cli", *args], capture_output=True, text=True, timeout=120, env=environment
-    )
+from cli_helpers import run_zero
 
 
 def test_json_report_holds_every_section():
-    result = zero("report", "--json")
+    result = run_zero("report", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["python"] == {"version": platform.python_version(), "executable": sys.executable}
@@ -41,7 +33,7 @@ def test_json_report_holds_every_section():
 
 
 def test_text_report_is_plain_tables():
-    result = zero("report")
+    result = run_zero("report")
     assert result.returncode == 0, result.stderr
     text = result.stdout
     for heading in ("accelerators", "pin backends (DS_PIN_MEMORY_BACKEND)", "plugins"):
@@ -51,12 +43,12 @@ def test_text_report_is_plain_tables():
 
 
 def test_explicit_accelerator_is_reported_with_its_reason():
-    result = zero("report", "--json", DS_ACCELERATOR="cpu")
+    result = run_zero("report", "--json", DS_ACCELERATOR="cpu")
     assert json.loads(result.stdout)["accelerator"]["reason"] == "DS_ACCELERATOR=cpu"
 
 
 def test_unknown_accelerator_fails_with_one_line_and_no_traceback():
-    result = zero("report", DS_ACCELERATOR="nope")
+    result = run_zero("report", DS_ACCELERATOR="nope")
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [

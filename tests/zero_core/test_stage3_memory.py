@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine_helpers import MEMORY_MODEL_INPUTS, count_params, memory_model, wait_until_freed
+from engine_helpers import (MEMORY_MODEL_INPUTS, collective_counts, collective_delta, count_params, memory_config,
+                            memory_model, wait_until_freed)
 
 UNIT = 64 * 64 + 64  # one Linear(64, 64)
 STEP_COUNTER = 4
@@ -52,12 +53,7 @@ IN_FEATURES = {**MEMORY_MODEL_INPUTS, "deep": 64, "reused": 64}
 
 
 def config(**zero: Any) -> dict[str, Any]:
-    return {
-        "train_micro_batch_size_per_gpu": 4,
-        "bf16": {"enabled": True},
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, **zero},
-    }
+    return memory_config({"stage": 3, "stage3_param_persistence_threshold": 0, **zero})
 
 
 def _settle(engine) -> None:  # type: ignore[no-untyped-def]
@@ -80,13 +76,12 @@ def _contract(rank: int, world_size: int, kind: str) -> dict[str, Any]:
         shapes = {name: (getattr(p, "ds_numel", None), getattr(p, "ds_shape", None), p.numel())
                   for name, p in engine.module.named_parameters()}
         for _ in range(2):
-            before = {op: c["sent_bytes"] for op, c in engine.memory_report().comm.items()}
+            before = collective_counts(engine)
             loss = engine(x).float().pow(2).mean()
             engine.backward(loss)
             engine.step()
             _settle(engine)
-        sent = {op: c["sent_bytes"] - before.get(op, 0) for op, c in engine.memory_report().comm.items()
-                if c["sent_bytes"] != before.get(op, 0)}
+        sent = collective_delta(collective_counts(engine), before)
         del loss, x  # x: the memory-efficient linear's backward reshapes it, so the tracker has seen it
         gc.collect()
         report = engine.memory_report()["cpu"]
@@ -132,9 +127,9 @@ def _reuse(rank: int, world_size: int, distance: int) -> list[int]:
         stage3_max_reuse_distance=distance, stage3_prefetch_bucket_size=0))
     gathers = []
     for _ in range(2):
-        before = engine.memory_report().comm.get("all_gather", {"calls": 0})["calls"]
+        before = collective_counts(engine, "calls")
         loss = engine(torch.randn(4, 64).bfloat16()).float().mean()
-        gathers.append(engine.memory_report().comm["all_gather"]["calls"] - before)
+        gathers.append(collective_delta(collective_counts(engine, "calls"), before).get("all_gather", 0))
         engine.backward(loss)
         engine.step()
     engine.destroy()

@@ -12,48 +12,56 @@ from zero_estimate import (
 )
 from zero_estimate import stage3, stage_1_and_2
 
-from estimate_golden import ZERO2_TABLE, ZERO3_TABLE
+from estimate_golden import (
+    DOCS_ZERO2_GPU_GB,
+    GPUS_PER_NODE,
+    LARGEST_LAYER_PARAMS,
+    TOTAL_PARAMS,
+    ZERO2_NEEDS,
+    ZERO2_TABLE,
+    ZERO3_NEEDS,
+    ZERO3_TABLE,
+    table_figures,
+)
 
 GIB = 2**30
 
 
+def _gib(rows: list[DsRow]) -> list[tuple[str, str]]:
+    return [(f"{r.cpu_bytes / GIB:.2f}", f"{r.gpu_bytes / GIB:.2f}") for r in rows]
+
+
 def test_zero2_seed_table_is_printed_byte_for_byte(capsys):
-    rows = estimate_zero2_model_states_mem_needs_all_cold(total_params=2851e6, num_gpus_per_node=8, num_nodes=1)
+    rows = estimate_zero2_model_states_mem_needs_all_cold(
+        total_params=TOTAL_PARAMS, num_gpus_per_node=GPUS_PER_NODE, num_nodes=1
+    )
     assert capsys.readouterr().out == ZERO2_TABLE
-    assert [(f"{r.cpu_bytes / GIB:.2f}", f"{r.gpu_bytes / GIB:.2f}") for r in rows] == [
-        ("127.45", "5.31"),
-        ("127.45", "11.28"),
-    ]
+    assert _gib(rows) == table_figures(ZERO2_TABLE)
+    assert [(r.cpu_bytes, r.gpu_bytes) for r in rows] == [ZERO2_NEEDS[True], ZERO2_NEEDS[False]]
 
 
 def test_zero3_seed_table_is_printed_byte_for_byte(capsys):
     rows = estimate_zero3_model_states_mem_needs_all_cold(
-        total_params=2851e6, largest_layer_params=32e6, num_gpus_per_node=8, num_nodes=1
+        total_params=TOTAL_PARAMS, largest_layer_params=LARGEST_LAYER_PARAMS, num_gpus_per_node=GPUS_PER_NODE,
+        num_nodes=1
     )
     assert capsys.readouterr().out == ZERO3_TABLE
-    assert [(f"{r.cpu_bytes / GIB:.2f}", f"{r.gpu_bytes / GIB:.2f}") for r in rows] == [
-        ("71.69", "0.12"),
-        ("127.45", "0.12"),
-        ("63.72", "0.78"),
-        ("127.45", "0.78"),
-        ("1.43", "6.09"),
-        ("127.45", "6.09"),
-    ]
-    assert rows[0] == DsRow(76_977_000_000, 128_000_000, "cpu", "cpu", True)
+    assert _gib(rows) == table_figures(ZERO3_TABLE)
+    assert rows[0] == DsRow(*ZERO3_NEEDS[:2], "cpu", "cpu", True)
 
 
 def test_stage2_without_offload_is_2p_plus_18p_over_n_not_the_docs_15_93gb():
     # DeepSpeed's docs print 15.93GB (4P + 16P/N); its code gives 2P + 18P/N = 11.28GB.
-    cpu, gpu = estimate_zero2_model_states_mem_needs(2851e6, num_gpus_per_node=8, cpu_offload=False)
-    assert gpu == 2 * 2851_000_000 + 18 * 2851_000_000 // 8
-    assert f"{gpu / GIB:.2f}" == "11.28"
-    assert f"{(4 * 2851e6 + 16 * 2851e6 / 8) / GIB:.2f}" == "15.93"
-    assert cpu == int(2851e6 * 4 * 8 * 1.5)
+    needs = estimate_zero2_model_states_mem_needs(TOTAL_PARAMS, num_gpus_per_node=GPUS_PER_NODE, cpu_offload=False)
+    assert needs == ZERO2_NEEDS[False]
+    _, gpu = needs
+    assert gpu == 2 * 2851_000_000 + 18 * 2851_000_000 // 8  # 16-bit params, then 18 bytes a param over 8 GPUs
+    assert f"{gpu / GIB:.2f}" == "11.28" and f"{gpu / GIB:.2f}" != DOCS_ZERO2_GPU_GB
 
 
 def test_zero3_returns_largest_layer_memory_as_deepspeed_does():
-    cpu, gpu, largest = estimate_zero3_model_states_mem_needs(2851e6, 32e6, num_gpus_per_node=8)
-    assert (cpu, gpu, largest) == (int(2851e6 * 18 * 1.5), 128_000_000, 128e6)
+    needs = estimate_zero3_model_states_mem_needs(TOTAL_PARAMS, LARGEST_LAYER_PARAMS, num_gpus_per_node=GPUS_PER_NODE)
+    assert needs == ZERO3_NEEDS
 
 
 def test_plural_words_follow_the_counts(capsys):

@@ -40,10 +40,10 @@ def test_t5_3b_largest_layer_is_the_shared_embedding_deepspeed_reports_as_32m():
 def test_lora_freezes_the_base_and_adds_rank_r_adapters():
     spec = from_preset("pythia-6.9b", lora=LoraSpec(128))
     per_layer = 128 * ((4096 + 3 * 4096) + (4096 + 4096) + (4096 + 16384) + (16384 + 4096))
-    assert spec.trainable_params == 32 * per_layer == 268_435_456
+    assert spec.trainable_params == 32 * per_layer  # 268,435,456
     assert spec.total_params == 6_857_302_016 + spec.trainable_params
     q_and_v = from_preset("llama-2-7b", lora=LoraSpec(8, ("q_proj", "v_proj")))
-    assert q_and_v.trainable_params == 32 * 2 * 8 * (4096 + 4096) == 4_194_304
+    assert q_and_v.trainable_params == 32 * 2 * 8 * (4096 + 4096)  # 4,194,304
 
 
 def test_grouped_query_attention_shrinks_k_and_v():

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
+from cli_helpers import run_main
+
 zero_cli = pytest.importorskip("zero_cli")
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = zero_cli.main(["pin", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main(capsys, "pin", *argv)
 
 
 def test_build_reports_the_cached_library(capsys, native):

@@ -8,6 +8,7 @@ from ._backend import PinBackend
 from ._errors import MemlockLimitError, NativeBuildError, PinError
 from ._memlock import check_memlock, memlock_limit
 from ._native_build import native_build_state
+from ._units import format_bytes
 from ._select import (
     available_backends,
     backend_statuses,
@@ -27,6 +28,7 @@ __all__ = [
     "available_backends",
     "backend_statuses",
     "check_memlock",
+    "format_bytes",
     "get_backend",
     "is_pinned",
     "memlock_limit",
