@@ -114,6 +114,20 @@ def test_bias_correction_false_matches_a_reference(dtype, adamw_mode, amsgrad):
 @pytest.mark.parametrize("amsgrad", [False, True])
 def test_16_bit_params_with_fp32_states(dtype, amsgrad):
     """Equal to an fp32 AdamW step of the widened param, rounded back once per step."""
+    check_16_bit_params_with_fp32_states(dtype, amsgrad)
+
+
+def test_16_bit_params_with_fp32_states_on_two_threads():
+    """Widening batches are sized by the thread count (make test runs on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        check_16_bit_params_with_fp32_states(torch.bfloat16, amsgrad=False)
+    finally:
+        torch.set_num_threads(before)
+
+
+def check_16_bit_params_with_fp32_states(dtype, amsgrad):
     shapes = SHAPES + [(CACHE_TILE + 5,)]
     ours, theirs = make_params(shapes, dtype), make_params(shapes, dtype)
     masters = [p.float() for p in theirs]
@@ -150,7 +164,7 @@ def sub_groups(flat, size):
 
 def test_many_sub_group_chunks_equal_one_flat_param():
     flat, reference_flat = make_params([(10_007,)]), make_params([(10_007,)])
-    chunks = sub_groups(flat[0], 64)  # 157 params
+    chunks = sub_groups(flat[0], 64)  # 157 params, cut at multiples of 64: the same bits as the whole
     optimizer, reference = CPUAdam(chunks, lr=1e-2, weight_decay=0.1), CPUAdam(reference_flat, lr=1e-2, weight_decay=0.1)
     for step in range(3):
         set_grads([reference_flat], seed=step)
@@ -167,11 +181,11 @@ def test_many_sub_group_chunks_equal_one_flat_param():
 def test_stepping_one_sub_group_at_a_time_like_deepspeeds_engine():
     """DeepSpeed's stage 3 points the group at one sub-group's fp32 partition, steps, and moves on."""
     flat, reference_flat = make_params([(1000,)]), make_params([(1000,)])
-    chunks = sub_groups(flat[0], 300)
+    chunks = sub_groups(flat[0], 320)  # cut at multiples of 64: the same bits as the whole
     optimizer, reference = CPUAdam(chunks, lr=1e-2), CPUAdam(reference_flat, lr=1e-2)
     for step in range(3):
         set_grads([reference_flat], seed=step)
-        for chunk, grad in zip(chunks, sub_groups(reference_flat[0].grad, 300)):
+        for chunk, grad in zip(chunks, sub_groups(reference_flat[0].grad, 320)):
             chunk.grad = grad.clone()
             optimizer.param_groups[0]["params"] = [chunk]
             optimizer.step()

@@ -66,6 +66,23 @@ def test_equals_the_paper_reference_bit_for_bit(weight_decay, betas):
     assert set(optimizer.state[ours[0]]) == {"step", "exp_avg"}
 
 
+@pytest.fixture
+def two_threads():
+    """make test runs with OMP_NUM_THREADS=1; CPULion spreads tiles over threads only with more."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_tiles_spread_over_threads_give_the_same_bits(two_threads):
+    shapes = [(CACHE_TILE + 101,), *[(999,)] * 40]  # two tiles, so two threads
+    ours = [torch.nn.Parameter(p) for p in make_params(shapes)]  # leaves that require grad
+    theirs = make_params(shapes)
+    run_against_reference(ours, theirs, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.5)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
 def test_reference_moves_each_weight_by_exactly_lr():
     """The reference is Lion: a sign update of size lr, none where the interpolation is 0."""
     param, grad, exp_avg = torch.zeros(3), torch.tensor([2.0, -3.0, 0.0]), torch.zeros(3)

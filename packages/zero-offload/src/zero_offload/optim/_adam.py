@@ -10,9 +10,10 @@ from ._base import CPUOptimizer
 from ._checks import check_betas, check_eps, check_lr, check_weight_decay
 from ._lists import Kernel, StepLists
 
-# torch's kernels always divide by 1 - beta**step. At step 2**62, beta**step rounds that to 1.0
-# exactly for every beta < 1, so they take the step lr * m / (sqrt(v) + eps): Adam without bias
-# correction, to the bit. (2**62, not inf: torch releases before 2.5 read the step as an int64.)
+# torch's kernels always divide by the bias corrections 1 - beta**step. At step 2**62 both are
+# exactly 1.0 for every beta < 1 (beta**step is below half an ulp of 1), and dividing by 1.0 is
+# exact: the kernels then take the step lr * m / (sqrt(v) + eps), Adam without bias correction.
+# (2**62, not inf: older torch releases read the step as an int64.)
 _NO_BIAS_CORRECTION_STEP = float(2**62)
 
 

@@ -45,7 +45,7 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
         self._check_group({**self.defaults, **param_group})
         super().add_param_group({**param_group, "params": params})
 
-    def state_dtype(self, param: torch.Tensor) -> torch.dtype:
+    def _state_dtype(self, param: torch.Tensor) -> torch.dtype:
         """fp32 for 16-bit params when fp32_optimizer_states is set, else the param's own dtype."""
         if self.fp32_optimizer_states and param.dtype in _SIXTEEN_BIT:
             return torch.float32
@@ -77,7 +77,7 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
             state = self.state[param]
             if "step" not in state:
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
-            dtype = self.state_dtype(param)
+            dtype = self._state_dtype(param)
             for name in names:
                 if name not in state:  # also covers amsgrad switched on after the first step
                     state[name] = torch.zeros(param.shape, dtype=dtype)
@@ -106,7 +106,7 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
             saved = state_dict["state"].get(saved_id)
             if saved is None:
                 continue
-            state, dtype = self.state[param], self.state_dtype(param)
+            state, dtype = self.state[param], self._state_dtype(param)
             for name, value in saved.items():
                 if name == "step":  # DeepSpeed saves an int; the kernels take a float32 tensor
                     state[name] = torch.tensor(float(value), dtype=torch.float32)

@@ -8,7 +8,8 @@ import torch
 
 from ._base import CPUOptimizer
 from ._checks import check_betas, check_lr, check_weight_decay
-from ._lists import CACHE_TILE, Kernel, StepLists, batches
+from ._lists import Kernel, StepLists
+from ._threads import for_each_tile
 
 
 class CPULion(CPUOptimizer):
@@ -20,8 +21,8 @@ class CPULion(CPUOptimizer):
         p = p - lr * sign(lerp(m, g, 1 - beta1))
         m = lerp(m, g, 1 - beta2)
     torch has no Lion kernel: this runs torch's foreach ops a cache-sized tile at a time, so the
-    five passes read memory once. State is `exp_avg` and `step` (DeepSpeed also allocates an
-    unused `exp_avg_sq`).
+    five passes read memory once, and spreads the tiles over torch.get_num_threads() threads.
+    State is `exp_avg` and `step` (DeepSpeed also allocates an unused `exp_avg_sq`).
     """
 
     def __init__(
@@ -48,14 +49,13 @@ class CPULion(CPUOptimizer):
         lr, weight_decay = float(group["lr"]), float(group["weight_decay"])
         beta1, beta2 = (float(beta) for beta in group["betas"])
 
-        def kernel(lists: StepLists) -> None:
-            for tile in batches(lists, CACHE_TILE):
-                params, grads, exp_avgs = tile.params, tile.grads, tile.states[0]
-                if weight_decay:  # multiplying by 1.0 would change nothing
-                    torch._foreach_mul_(params, 1 - lr * weight_decay)
-                update = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
-                torch._foreach_sign_(update)
-                torch._foreach_add_(params, update, alpha=-lr)
-                torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
+        def step_tile(tile: StepLists) -> None:
+            params, grads, exp_avgs = tile.params, tile.grads, tile.states[0]
+            if weight_decay:  # multiplying by 1.0 would change nothing
+                torch._foreach_mul_(params, 1 - lr * weight_decay)
+            direction = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
+            torch._foreach_sign_(direction)
+            torch._foreach_add_(params, direction, alpha=-lr)
+            torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
 
-        return kernel
+        return lambda lists: for_each_tile(step_tile, lists)
