@@ -17,6 +17,12 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 PAGE = 4096
 
 
+@pytest.fixture(autouse=True)
+def no_pin_cache(monkeypatch):
+    """Here every pin locks a fresh block and every release frees it: test_pin_cache.py covers the cache."""
+    monkeypatch.setenv("ZERO_PIN_CACHE_BYTES", "0")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64])
 def test_copy_keeps_values_shape_and_dtype(native, dtype):
     source = torch.arange(24).reshape(2, 3, 4).to(dtype)

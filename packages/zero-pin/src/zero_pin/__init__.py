@@ -5,6 +5,7 @@ import torch; the backends do, when first used.
 """
 from ._accounting import pinned_memory_stats, pinned_memory_summary, track_pinned_storage
 from ._backend import PinBackend
+from ._cache import empty_cache
 from ._errors import MemlockLimitError, NativeBuildError, PinError
 from ._memlock import check_memlock, memlock_limit
 from ._native_build import native_build_state
@@ -28,6 +29,7 @@ __all__ = [
     "available_backends",
     "backend_statuses",
     "check_memlock",
+    "empty_cache",
     "format_bytes",
     "get_backend",
     "is_pinned",

@@ -1,4 +1,5 @@
-"""`zero pin build` prebuilds the native op; `zero pin check` reports backends, memlock limit and op state."""
+"""`zero pin build` prebuilds the native op; `zero pin check` reports backends, memlock limit, op state,
+the native backend's block cache and whether it uses huge pages."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,10 @@ import time
 
 from zero_plugins import CommandResult, format_table
 
+from ._accounting import ACCOUNT
+from ._cache import ENV_VAR as CACHE_ENV_VAR
+from ._cache import cache_limit
+from ._hugepages import huge_page_policy
 from ._memlock import memlock_limit
 from ._native_build import load_op, native_build_state
 from ._select import REGISTRY, backend_statuses, selected_name
@@ -36,6 +41,8 @@ def _check() -> CommandResult:
     REGISTRY.get(selected)  # an unknown DS_PIN_MEMORY_BACKEND fails here, listing what is installed
     statuses = backend_statuses()
     limit, op = memlock_limit(), native_build_state()
+    cache = {"limit": cache_limit(), "cached": ACCOUNT.cached()}
+    huge = huge_page_policy()
     rows = [(s["name"] + (" *" if s["selected"] else ""), "yes" if s["available"] else "no", s["distribution"], s["reason"])
             for s in statuses]
     text = "\n".join([
@@ -43,10 +50,19 @@ def _check() -> CommandResult:
         "(* selected by DS_PIN_MEMORY_BACKEND, default torch)",
         f"memlock limit (ulimit -l): soft {_limit_text(limit['soft'])}, hard {_limit_text(limit['hard'])}",
         f"native op: {op['state']} ({op['detail']})",
+        f"native pin cache: {_cache_text(cache['limit'])}, {format_bytes(cache['cached'])} cached now",
+        f"native huge pages: {'used' if huge['used'] else 'not used'} ({huge['reason']})",
     ])
     usable = any(s["selected"] and s["available"] for s in statuses)
-    data = {"selected": selected, "backends": statuses, "memlock_limit": limit, "native_op": op}
+    data = {"selected": selected, "backends": statuses, "memlock_limit": limit, "native_op": op,
+            "pin_cache": cache, "huge_pages": huge}
     return CommandResult(data, text, exit_code=0 if usable else 1)
+
+
+def _cache_text(limit: int) -> str:
+    if limit == 0:
+        return f"off ({CACHE_ENV_VAR}=0)"
+    return f"keeps up to {format_bytes(limit)} of released blocks for reuse ({CACHE_ENV_VAR})"
 
 
 def _limit_text(nbytes: int | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ._accounting import ACCOUNT
 from ._errors import MemlockLimitError
 from ._units import format_bytes
 
@@ -50,14 +51,31 @@ def can_lock_beyond_limit() -> bool:
     return caps is not None and bool(int(caps, 16) >> CAP_IPC_LOCK & 1)
 
 
+def memlock_overage(nbytes: int) -> int:
+    """By how many bytes locking `nbytes` more would go over the soft limit now; 0 if it fits.
+
+    Counts everything the kernel counts (VmLck), blocks in zero-pin's cache included.
+    """
+    soft = memlock_limit()["soft"]
+    if soft is None:
+        return 0
+    already = locked_bytes() or 0  # unknown off Linux: the kernel still refuses, and mlock's error says so
+    over = already + nbytes - soft
+    # The capability is read only when over the limit: this check runs on every new native block.
+    return over if over > 0 and not can_lock_beyond_limit() else 0
+
+
 def check_memlock(nbytes: int) -> None:
-    """Raise MemlockLimitError if locking `nbytes` more would go over the soft limit."""
+    """Raise MemlockLimitError if locking `nbytes` more would go over the soft limit.
+
+    Blocks held in zero-pin's cache count as free: a new lock releases them first.
+    """
     soft = memlock_limit()["soft"]
     if soft is None:
         return
-    already = locked_bytes() or 0  # unknown off Linux: the kernel still refuses, and mlock's error says so
-    # The capability is read only when over the limit: this check runs on every native pin.
-    if already + nbytes > soft and not can_lock_beyond_limit():
+    cached = ACCOUNT.cached()
+    if memlock_overage(nbytes) > cached:
+        already = max(0, (locked_bytes() or 0) - cached)
         raise MemlockLimitError(
             f"cannot pin {format_bytes(nbytes)}: RLIMIT_MEMLOCK is {format_bytes(soft)} and "
             f"{format_bytes(already)} is already locked; {FIX}"

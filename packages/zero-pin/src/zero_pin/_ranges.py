@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import bisect
-import threading
 from typing import Generic, TypeVar
+
+from ._guard import GuardedLock
 
 T = TypeVar("T")
 
@@ -15,7 +16,7 @@ class RangeManager(Generic[T]):
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = GuardedLock()  # the native backend's release (from a weakref callback) takes it
         self._starts: list[int] = []
         self._entries: dict[int, tuple[int, T]] = {}
 
