@@ -1,12 +1,13 @@
 """zero-offload's hook implementations, loaded through the `zero` entry point.
 
-Imports no torch at module level: the device classes are imported inside the hooks.
+Imports no torch at module level: the device and swap-backend classes are imported inside the
+hooks, and `zero swap`'s module imports no torch or config until it runs.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from zero_plugins import hookimpl
+from zero_plugins import CommandTable, hookimpl
 
 
 @hookimpl
@@ -14,3 +15,20 @@ def zero_register_offload_devices(register: Callable[[str, type], None]) -> None
     from ._cpu_device import CpuOffloadDevice
 
     register("cpu", CpuOffloadDevice)
+
+
+@hookimpl
+def zero_register_swap_backends(register: Callable[[str, type], None]) -> None:
+    from .swap._threads import ThreadsBackend
+    from .swap._uring import IoUringBackend
+
+    register("threads", ThreadsBackend)
+    register("io_uring", IoUringBackend)
+
+
+@hookimpl
+def zero_register_commands(cli: CommandTable) -> None:
+    from .swap import _cli
+
+    cli.add_command("swap", help="list the swap-I/O backends, or measure one against raw O_DIRECT (bench)",
+                    add_arguments=_cli.add_arguments, run=_cli.run)

@@ -1,0 +1,78 @@
+"""The swap-backend registry, selection by ZERO_SWAP_BACKEND, and backend creation."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypedDict
+
+from zero_plugins import NamedRegistry
+
+from . import _hookspecs
+from ._backend import SwapBackend
+from ._errors import SwapError
+
+if TYPE_CHECKING:  # the config (pydantic) is imported by callers; listing commands must stay light
+    from zero_core.config import AioConfig
+
+ENV_VAR = "ZERO_SWAP_BACKEND"
+DEFAULT = "threads"
+
+REGISTRY: NamedRegistry[SwapBackend] = NamedRegistry(
+    kind="swap backend",
+    hook_name="zero_register_swap_backends",
+    hookspecs=_hookspecs,
+    base=SwapBackend,
+    env_var=ENV_VAR,
+)
+
+
+class BackendStatus(TypedDict):
+    """One row of backend_statuses()."""
+
+    name: str
+    available: bool
+    reason: str
+    distribution: str
+    selected: bool
+
+
+def selected_name() -> str:
+    """ZERO_SWAP_BACKEND, or `threads` when it is unset."""
+    return REGISTRY.requested_name() or DEFAULT
+
+
+def backend_statuses() -> list[BackendStatus]:
+    """One row per registered backend: name, available (and why, or why not), distribution, selected."""
+    selected = selected_name()
+    rows: list[BackendStatus] = []
+    for name, registration in sorted(REGISTRY.registrations().items()):
+        available, reason = _availability(registration.cls)
+        rows.append({"name": name, "available": available, "reason": reason,
+                     "distribution": registration.provider.distribution, "selected": name == selected})
+    return rows
+
+
+def get_swap_backend(aio: AioConfig | None = None, *, name: str | None = None,
+                     buffered: bool | None = None) -> SwapBackend:
+    """A new backend `name` (default: ZERO_SWAP_BACKEND, else `threads`) with the `aio` settings.
+
+    An unknown name is a PluginError listing the registered backends; a registered one that
+    cannot run here is a SwapError giving its reason and the backends that can. Never falls back.
+    `buffered=None` reads ZERO_SWAP_BUFFERED. Close the backend (or use `with`) when done.
+    """
+    name = name or selected_name()
+    cls = REGISTRY.get(name).cls
+    available, reason = _availability(cls)
+    if not available:
+        usable = ", ".join(f"{row['name']} ({row['distribution']})" for row in backend_statuses() if row["available"])
+        raise SwapError(f"swap backend {name!r} (from {ENV_VAR}) is not available here: {reason}; "
+                        f"available: {usable or 'none'}")
+    backend = cls(aio, buffered=buffered)
+    backend.name = name
+    return backend
+
+
+def _availability(cls: type[SwapBackend]) -> tuple[bool, str]:
+    try:
+        available, reason = cls.available()
+    except Exception as error:  # a plugin's broken check must not hide the other backends
+        return False, f"available() raised {error!r}"
+    return bool(available), str(reason)

@@ -1,0 +1,129 @@
+"""The built-in `threads` backend: O_DIRECT pwrite/preadv from a pool of threads.
+
+Nothing to compile and no system package: Python's os.pwrite and os.preadv release the GIL
+for the system call, so the threads' requests run in parallel in the kernel.
+
+A request (one tensor) is split into `aio.block_size` blocks (see _requests). Each block is a
+blocking system call, so a block in flight occupies a thread: the pool has
+intra_op_parallelism x queue_depth threads, which keeps as many blocks in flight as
+DeepSpeed's libaio handle does (intra_op_parallelism threads, each with queue_depth
+submissions outstanding). Threads start on demand, up to that number. Blocks of all requests
+share one FIFO queue, so concurrent requests progress together and each one's blocks are
+issued in file order.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from zero_core.config import AioConfig
+
+from ._backend import SwapBackend, SwapHandle
+from ._requests import Block, call_name, split
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _transfer(block: Block) -> None:
+    request = block.request
+    if request.error is not None:  # an earlier block failed: issue nothing more of this request
+        request.block_done(None)
+        return
+    view = memoryview((ctypes.c_ubyte * block.length).from_address(block.address)).cast("B")
+    error = None
+    done = 0
+    try:
+        while done < block.needed:
+            if request.write:
+                moved = os.pwrite(request.fd, view[done:], block.offset + done)
+            else:
+                moved = os.preadv(request.fd, [view[done:]], block.offset + done)
+            if moved == 0:
+                error = request.ended_early(call_name(request.write, block.length - done, block.offset + done))
+                break
+            done += moved
+        if error is None:
+            block.finish_tail()
+    except OSError as failure:
+        error = request.failed(call_name(request.write, block.length - done, block.offset + done),
+                               f"{failure.strerror} [errno {failure.errno}]", failure.errno)
+    except Exception as failure:  # never leave a request waiting on a block that died
+        error = request.failed(call_name(request.write, block.length - done, block.offset + done), repr(failure))
+    request.block_done(error)
+
+
+class _Pool:
+    """Worker threads on one FIFO queue; started on demand, rebuilt in a forked child."""
+
+    def __init__(self, max_threads: int) -> None:
+        self.max_threads = max_threads
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Block | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._pid = os.getpid()
+
+    def submit(self, blocks: list[Block]) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # threads do not survive fork
+                self._queue, self._threads, self._pid = queue.SimpleQueue(), [], os.getpid()
+            wanted = min(self.max_threads, len(self._threads) + len(blocks))
+            while len(self._threads) < wanted:
+                thread = threading.Thread(target=_work, args=(self._queue,), daemon=True,
+                                          name=f"zero-swap-{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+        for block in blocks:
+            self._queue.put(block)
+
+    def close(self) -> None:
+        with self._lock:
+            threads, self._threads = self._threads, []
+            if self._pid != os.getpid():
+                return
+            for _ in threads:
+                self._queue.put(None)
+        for thread in threads:
+            thread.join()
+
+
+def _work(blocks: queue.SimpleQueue[Block | None]) -> None:
+    while (block := blocks.get()) is not None:
+        _transfer(block)
+
+
+class ThreadsBackend(SwapBackend):
+    """O_DIRECT reads and writes issued by a thread pool; needs nothing but Linux and Python."""
+
+    def __init__(self, aio: AioConfig | None = None, *, buffered: bool | None = None) -> None:
+        super().__init__(aio, buffered=buffered)
+        self.threads = self.aio.intra_op_parallelism * self.aio.queue_depth
+        self._pool = _Pool(self.threads)
+        self._finalizer = weakref.finalize(self, self._pool.close)
+        self._finalizer.atexit = False  # daemon threads; swap files are scratch data
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        if not hasattr(os, "preadv") or not hasattr(os, "O_DIRECT"):
+            return False, "needs os.preadv and O_DIRECT (Linux)"
+        return True, "O_DIRECT pwrite/preadv from a thread pool (built in, nothing to compile)"
+
+    def write_async(self, tensor: torch.Tensor, path: str, offset: int = 0) -> SwapHandle:
+        return self._submit(tensor, path, offset, write=True)
+
+    def read_async(self, tensor: torch.Tensor, path: str, offset: int = 0) -> SwapHandle:
+        return self._submit(tensor, path, offset, write=False)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def _submit(self, tensor: torch.Tensor, path: str, offset: int, *, write: bool) -> SwapHandle:
+        request, blocks = split(tensor, path, offset, write=write, buffered=self.buffered,
+                                block_size=self.aio.block_size)
+        if blocks:
+            self._pool.submit(blocks)
+        return request
