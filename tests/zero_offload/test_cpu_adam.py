@@ -8,31 +8,9 @@ import torch
 
 from zero_offload import CPUAdam
 from zero_offload.optim._lists import CACHE_TILE
+from optim_helpers import make_params, set_grads, SHAPES, step_together
 
-# Odd sizes end in the kernels' scalar tails; the last one spans two cache tiles.
-SHAPES = [(37,), (5, 7), (1000,), (3,)]
 STATE_NAMES = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step")
-
-
-def make_params(shapes=SHAPES, dtype=torch.float32, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=generator).to(dtype) for shape in shapes]
-
-
-def set_grads(param_lists, seed):
-    """The same random grads on the same-position params of every list."""
-    generator = torch.Generator().manual_seed(seed)
-    for params in zip(*param_lists):
-        grad = torch.randn(params[0].shape, generator=generator).to(params[0].dtype)
-        for param in params:
-            param.grad = grad.clone()
-
-
-def step_together(optimizers, param_lists, steps=4):
-    for step in range(steps):
-        set_grads(param_lists, seed=100 + step)
-        for optimizer in optimizers:
-            optimizer.step()
 
 
 def assert_same_state(ours, theirs, params, their_params):

@@ -8,6 +8,7 @@ import torch
 
 from zero_offload import CPULion
 from zero_offload.optim._lists import CACHE_TILE
+from optim_helpers import make_params, set_grads, SHAPES
 
 # Odd sizes end in the kernels' scalar tails; the last one spans two cache tiles.
 SHAPES = [(37,), (5, 7), (1000,), (3,), (CACHE_TILE + 17,)]
@@ -25,20 +26,6 @@ def reference_lion_step(param, grad, exp_avg, lr, betas, weight_decay):
     c = torch.lerp(exp_avg, grad, 1 - beta1)
     param.add_(torch.sign(c), alpha=-lr)
     exp_avg.lerp_(grad, 1 - beta2)
-
-
-def make_params(shapes=SHAPES, dtype=torch.float32, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=generator).to(dtype) for shape in shapes]
-
-
-def set_grads(param_lists, seed):
-    """The same random grads on the same-position params of every list."""
-    generator = torch.Generator().manual_seed(seed)
-    for params in zip(*param_lists):
-        grad = torch.randn(params[0].shape, generator=generator).to(params[0].dtype)
-        for param in params:
-            param.grad = grad.clone()
 
 
 def run_against_reference(ours, theirs, steps=4, **hyper):
