@@ -24,6 +24,7 @@ from zero_core.config import AioConfig
 
 from ._backend import SwapBackend, SwapHandle
 from ._requests import Block, call_name, split
+from ._workers import WorkerQueue
 
 if TYPE_CHECKING:
     import torch
@@ -57,38 +58,23 @@ def _transfer(block: Block) -> None:
     request.block_done(error)
 
 
-class _Pool:
-    """Worker threads on one FIFO queue; started on demand, rebuilt in a forked child."""
+class _Pool(WorkerQueue):
+    """Worker threads on one FIFO queue, started on demand."""
 
     def __init__(self, max_threads: int) -> None:
+        super().__init__()
         self.max_threads = max_threads
-        self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Block | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._pid = os.getpid()
 
     def submit(self, blocks: list[Block]) -> None:
         with self._lock:
-            if self._pid != os.getpid():  # threads do not survive fork
-                self._queue, self._threads, self._pid = queue.SimpleQueue(), [], os.getpid()
-            wanted = min(self.max_threads, len(self._threads) + len(blocks))
-            while len(self._threads) < wanted:
+            self._forget_after_fork()
+            wanted = min(self.max_threads, len(self._workers) + len(blocks))
+            while len(self._workers) < wanted:
                 thread = threading.Thread(target=_work, args=(self._queue,), daemon=True,
-                                          name=f"zero-swap-{len(self._threads)}")
+                                          name=f"zero-swap-{len(self._workers)}")
                 thread.start()
-                self._threads.append(thread)
-        for block in blocks:
-            self._queue.put(block)
-
-    def close(self) -> None:
-        with self._lock:
-            threads, self._threads = self._threads, []
-            if self._pid != os.getpid():
-                return
-            for _ in threads:
-                self._queue.put(None)
-        for thread in threads:
-            thread.join()
+                self._workers.append(thread)
+        self.put(blocks)
 
 
 def _work(blocks: queue.SimpleQueue[Block | None]) -> None:

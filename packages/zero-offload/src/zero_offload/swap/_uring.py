@@ -29,6 +29,7 @@ from zero_core.config import AioConfig
 from ._backend import SwapBackend, SwapHandle
 from ._errors import SwapError
 from ._requests import Block, split
+from ._workers import WorkerQueue
 
 if TYPE_CHECKING:
     import torch
@@ -262,21 +263,17 @@ def _call(write: bool, block: Block, moved: int) -> str:
     return f"io_uring {'write' if write else 'read'}({block.length - moved} bytes at offset {block.offset + moved})"
 
 
-class _Rings:
+class _Rings(WorkerQueue):
     """intra_op_parallelism threads, each with its own ring, on one FIFO queue of blocks."""
 
     def __init__(self, threads: int, entries: int) -> None:
+        super().__init__()
         self.threads, self.entries = threads, entries
-        self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Block | None] = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
-        self._pid = os.getpid()
 
     def start(self) -> None:
         """Start the threads and their rings, if not yet: a ring that cannot be made is a SwapError."""
         with self._lock:
-            if self._pid != os.getpid():  # threads and rings do not survive fork
-                self._queue, self._workers, self._pid = queue.SimpleQueue(), [], os.getpid()
+            self._forget_after_fork()
             while len(self._workers) < self.threads:
                 started = threading.Event()
                 failure: list[BaseException] = []
@@ -290,18 +287,7 @@ class _Rings:
                 self._workers.append(worker)
 
     def submit(self, blocks: list[Block]) -> None:
-        for block in blocks:
-            self._queue.put(block)
-
-    def close(self) -> None:
-        with self._lock:
-            workers, self._workers = self._workers, []
-            if self._pid != os.getpid():
-                return
-            for _ in workers:
-                self._queue.put(None)
-        for worker in workers:
-            worker.join()
+        self.put(blocks)
 
 
 class IoUringBackend(SwapBackend):
