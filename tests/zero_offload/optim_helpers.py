@@ -30,3 +30,18 @@ def step_together(optimizers: Sequence[torch.optim.Optimizer], param_lists: Sequ
         set_grads(param_lists, seed=100 + step)
         for optimizer in optimizers:
             optimizer.step()
+
+
+def step_with_widened_reference(optimizer: torch.optim.Optimizer, reference: torch.optim.Optimizer,
+                                ours: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor],
+                                masters: Sequence[torch.Tensor], steps: int = 3) -> None:
+    """Step `optimizer` on 16-bit `ours`, and `reference` on fp32 `masters` of `theirs`, rounded back each step."""
+    for step in range(steps):
+        set_grads([ours, theirs], seed=step)
+        optimizer.step()
+        for master, param in zip(masters, theirs):
+            master.copy_(param)
+            master.grad = param.grad.float()
+        reference.step()
+        for master, param in zip(masters, theirs):
+            param.copy_(master)

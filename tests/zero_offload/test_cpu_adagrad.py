@@ -8,7 +8,7 @@ import torch
 
 from zero_offload import CPUAdagrad
 from zero_offload.optim._lists import CACHE_TILE
-from optim_helpers import make_params, set_grads, SHAPES, step_together
+from optim_helpers import make_params, set_grads, SHAPES, step_together, step_with_widened_reference
 
 
 
@@ -45,15 +45,7 @@ def test_16_bit_params_with_fp32_states(dtype):
     masters = [p.float() for p in theirs]
     optimizer = CPUAdagrad(ours, lr=0.1, weight_decay=0.1)
     reference = torch.optim.Adagrad(masters, lr=0.1, weight_decay=0.1, fused=True)
-    for step in range(3):
-        set_grads([ours, theirs], seed=step)
-        optimizer.step()
-        for master, param in zip(masters, theirs):
-            master.copy_(param)
-            master.grad = param.grad.float()
-        reference.step()
-        for master, param in zip(masters, theirs):
-            param.copy_(master)
+    step_with_widened_reference(optimizer, reference, ours, theirs, masters)
     assert_equal(ours, theirs)
     for param, master in zip(ours, masters):
         assert optimizer.state[param]["sum"].dtype == torch.float32

@@ -8,7 +8,7 @@ import torch
 
 from zero_offload import CPUAdam
 from zero_offload.optim._lists import CACHE_TILE
-from optim_helpers import make_params, set_grads, SHAPES, step_together
+from optim_helpers import make_params, set_grads, SHAPES, step_together, step_with_widened_reference
 
 STATE_NAMES = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step")
 
@@ -111,15 +111,7 @@ def check_16_bit_params_with_fp32_states(dtype, amsgrad):
     masters = [p.float() for p in theirs]
     optimizer = CPUAdam(ours, lr=1e-2, weight_decay=0.1, amsgrad=amsgrad)
     reference = torch.optim.AdamW(masters, lr=1e-2, weight_decay=0.1, amsgrad=amsgrad, fused=True)
-    for step in range(3):
-        set_grads([ours, theirs], seed=step)
-        optimizer.step()
-        for master, param in zip(masters, theirs):
-            master.copy_(param)
-            master.grad = param.grad.float()
-        reference.step()
-        for master, param in zip(masters, theirs):
-            param.copy_(master)
+    step_with_widened_reference(optimizer, reference, ours, theirs, masters)
     assert all(p.dtype == dtype and torch.equal(p, q) for p, q in zip(ours, theirs))
     assert optimizer.state[ours[0]]["exp_avg"].dtype == torch.float32
     assert_same_state(optimizer, reference, ours, masters)
