@@ -26,3 +26,16 @@ def gpt_neox(seed: int, **config: Any) -> torch.nn.Module:
 def small_gpt_neox(seed: int) -> torch.nn.Module:
     """The SMALL_GPT_NEOX model."""
     return gpt_neox(seed, **SMALL_GPT_NEOX)
+
+
+def train_causal_lm(engine: Any, data: torch.Tensor, rank: int) -> list[float]:
+    """DeepSpeed's loop on a causal LM: `data[step][micro][rank]` are this rank's token ids; returns every loss."""
+    losses = []
+    for step in data:
+        for micro in step:
+            ids = micro[rank]
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+    return losses

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from hf_models import SMALL_GPT_NEOX, small_gpt_neox
+from hf_models import SMALL_GPT_NEOX, small_gpt_neox, train_causal_lm
 
 STEPS = 5
 VOCAB = SMALL_GPT_NEOX["vocab_size"]
@@ -42,14 +42,7 @@ def _train_both(rank: int, world_size: int) -> dict[str, Any]:
         for name, initialize in (("zero", zero_core.initialize), ("deepspeed", deepspeed.initialize)):
             model = make_model()
             engine, _, _, _ = initialize(model=model, model_parameters=model.parameters(), config=ds_config(stage))
-            losses = []
-            for step in data:
-                for micro in step:
-                    ids = micro[rank]
-                    loss = engine(input_ids=ids, labels=ids).loss
-                    engine.backward(loss)
-                    engine.step()
-                    losses.append(loss.item())
+            losses = train_causal_lm(engine, data, rank)
             results[name, stage] = {"losses": losses,
                                     "params": {n: p.detach().clone() for n, p in engine.module.named_parameters()}}
             engine.destroy()

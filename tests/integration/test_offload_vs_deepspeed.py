@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from hf_models import SMALL_GPT_NEOX, small_gpt_neox
+from hf_models import SMALL_GPT_NEOX, small_gpt_neox, train_causal_lm
 
 STEPS = 4
 VOCAB = SMALL_GPT_NEOX["vocab_size"]
@@ -49,14 +49,7 @@ def _train_both(rank: int, world_size: int) -> dict[tuple[str, str], dict[str, A
             model = small_gpt_neox(seed=5)
             engine, _, _, _ = initialize(model=model, model_parameters=model.parameters(),
                                          config=ds_config(stage, offload))
-            losses = []
-            for step in data:
-                for micro in step:
-                    ids = micro[rank]
-                    loss = engine(input_ids=ids, labels=ids).loss
-                    engine.backward(loss)
-                    engine.step()
-                    losses.append(loss.item())
+            losses = train_causal_lm(engine, data, rank)
             params = {} if stage == 3 else {n: p.detach().clone() for n, p in engine.module.named_parameters()}
             results[name, case] = {"losses": losses, "params": params}
             engine.destroy()
