@@ -35,7 +35,7 @@ def test_a_device_nobody_registers_lists_the_available_ones() -> None:
     with pytest.raises(ConfigError) as error:
         _initialize(_config(offload_optimizer={"device": "gpu"}))
     assert str(error.value) == ("zero_optimization.offload_optimizer.device: offload device 'gpu' is not available: "
-                                "no installed plugin provides it; devices available: cpu")
+                                "no installed plugin provides it; devices available: cpu, nvme")
 
 
 def test_offload_with_zero_offload_blocked_names_the_variable(monkeypatch: pytest.MonkeyPatch, plugin_manager) -> None:  # type: ignore[no-untyped-def]

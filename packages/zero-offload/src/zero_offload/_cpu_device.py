@@ -42,7 +42,7 @@ class CpuOffloadDevice(OffloadDevice):
             tensor = zero_pin.pin_memory(tensor, make_copy=False)
         tensor.zero_()
         pinned = pin and zero_pin.is_pinned(tensor)
-        return self.settings.ledger.register(tensor, category, self.placement, pinned)
+        return self.settings.ledger.register(tensor, category, Placement.HOST, pinned)
 
     def to_host(self, host: torch.Tensor, source: torch.Tensor, accumulate: bool) -> None:
         if accumulate and (self._stream is None or source.device.type == "cpu"):

@@ -1,20 +1,26 @@
 """zero-offload's hook implementations, loaded through the `zero` entry point.
 
-Imports no torch at module level: the device and swap-backend classes are imported inside the
-hooks, and `zero swap`'s module imports no torch or config until it runs.
+Imports no torch at module level: the device and swap-backend classes (and the `zero report`
+section) are imported inside the hooks, and `zero swap`'s module imports no torch or config until it runs.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from zero_plugins import CommandTable, hookimpl
+
+if TYPE_CHECKING:
+    from zero_core.report import ReportTable
 
 
 @hookimpl
 def zero_register_offload_devices(register: Callable[[str, type], None]) -> None:
     from ._cpu_device import CpuOffloadDevice
+    from .nvme import NvmeOffloadDevice
 
     register("cpu", CpuOffloadDevice)
+    register("nvme", NvmeOffloadDevice)
 
 
 @hookimpl
@@ -32,3 +38,10 @@ def zero_register_commands(cli: CommandTable) -> None:
 
     cli.add_command("swap", help="list the swap-I/O backends, or measure one against raw O_DIRECT (bench)",
                     add_arguments=_cli.add_arguments, run=_cli.run)
+
+
+@hookimpl
+def zero_register_report_sections(register: Callable[[str, str, Callable[[], ReportTable]], None]) -> None:
+    from .swap import _report
+
+    register(_report.KEY, _report.TITLE, _report.swap_backends_table)

@@ -67,7 +67,7 @@ def assemble_engine(
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
-    homes = StateHomes(device, ledger, offload.optimizer, offload.parameters)
+    homes = StateHomes(device, ledger, offload.optimizer, offload.parameters, offload.swap)
     order = {id(p): index for index, p in enumerate(model.parameters())}
     context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)
@@ -88,7 +88,7 @@ def assemble_engine(
                                   comm.world_size, collate_fn)
     scheduler = resolve_scheduler(config, lr_scheduler, inner)
     return ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,
-                                  ledger, device, dtype, loader))
+                                  ledger, device, dtype, homes, loader))
 
 
 def _state_builder(policy: StagePolicy) -> StateBuilder:

@@ -11,7 +11,7 @@ from zero_plugins import ZeroError
 from ..accelerator import pinned_stats
 from ..comm import Collectives
 from ..memory import MemoryLedger, MemoryReport
-from ..sharding import GradReducer, StagePolicy, TrainingPasses, ZeroOptimizer
+from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
 from ..stage3 import GatherCoordinator, GatheringPasses
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ class EngineParts:
     ledger: MemoryLedger
     device: torch.device
     dtype: torch.dtype
+    homes: StateHomes  # where offloaded copies live; closed by destroy()
     training_dataloader: torch.utils.data.DataLoader[Any] | None = None
 
 
@@ -66,6 +67,7 @@ class ZeroEngine(torch.nn.Module):
         self._step_applied = False
         self._reducer = parts.reducer
         self._passes = parts.passes
+        self._homes = parts.homes
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -192,9 +194,11 @@ class ZeroEngine(torch.nn.Module):
         self.ledger.set_tracking(enabled)
 
     def destroy(self) -> None:
-        """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model."""
+        """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model, and release
+        what offload devices hold outside memory (NVMe swap files)."""
         self._reducer.remove_hooks()
         self._passes.remove_hooks()
+        self._homes.close()
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -66,6 +66,7 @@ class MemoryLedger:
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
+        self._extents: dict[int, weakref.finalize[[], object]] = {}
         self._current: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._peak: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._total: dict[str, int] = defaultdict(int)
@@ -105,6 +106,28 @@ class MemoryLedger:
         finally:
             self._label = previous
         return self.register(tensor, category, placement, pinned)
+
+    def register_extent(self, owner: object, category: str, placement: Placement, nbytes: int) -> None:
+        """Count `nbytes` that are not a tensor (a swap file's bytes) under `category` at `placement`,
+        until `owner` dies or `release_extent(owner)` is called."""
+        _check_category(category)
+        where = location(placement, "cpu", pinned=False)
+        self._change(where, category, nbytes)
+        self._change_total(where, nbytes)
+
+        key = id(owner)
+
+        def uncount() -> None:
+            self._extents.pop(key, None)
+            self._change(where, category, -nbytes)
+            self._total[where] -= nbytes
+
+        self._extents[key] = weakref.finalize(owner, uncount)
+
+    def release_extent(self, owner: object) -> None:
+        finalizer = self._extents.pop(id(owner), None)
+        if finalizer is not None:
+            finalizer()
 
     def relabel(self, storage: torch.UntypedStorage, category: str) -> None:
         """Move a counted storage to another category (stage 3 files gathered weights found still alive as held)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from ..memory import MemoryLedger, Placement
+from ._swap import SwapSpace
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -30,6 +31,7 @@ class OffloadSettings:
     ledger: MemoryLedger
     rank: int
     local_world_size: int  # ranks sharing this host's memory
+    run_id: str = ""  # the same on every rank of one run, unique across runs: names a run's swap directory
 
     @property
     def pin_memory(self) -> bool:
@@ -40,8 +42,9 @@ class OffloadSettings:
 class OffloadPlan:
     """The memory an offload device will hold for this rank, computed before anything is allocated."""
 
-    host_bytes: int  # every offloaded copy, pinned or not
+    host_bytes: int  # every offloaded copy in host memory, pinned or not
     pinned_bytes: int  # the part of host_bytes that is pinned
+    disk_bytes: int = 0  # copies in swap space (NVMe files)
 
 
 class OffloadDevice(ABC):
@@ -54,6 +57,15 @@ class OffloadDevice(ABC):
 
     def __init__(self, settings: OffloadSettings) -> None:
         self.settings = settings
+
+    @property
+    def swap_space(self) -> SwapSpace | None:
+        """Where the copies that live out of memory go (the master and optimizer state, or stage 3's
+        partitions, at an NVME device); None for a device that keeps every copy in host memory."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - a device that holds no files or workers has nothing to release
+        """Release what the device holds outside the tensors it allocated (swap files, I/O workers)."""
 
     @classmethod
     @abstractmethod

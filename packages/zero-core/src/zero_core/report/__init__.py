@@ -1,4 +1,21 @@
-"""`zero report`: what zero sees in this environment, modelled on DeepSpeed's ds_report."""
-from ._build import build_report
+"""`zero report`: what zero sees in this environment, modelled on DeepSpeed's ds_report.
 
-__all__ = ["build_report"]
+Plugins add sections through the `zero_register_report_sections` hook (see _hookspecs.py).
+Exports load on first use: a plugin's section imports ReportTable without the report's torch facts.
+"""
+from typing import TYPE_CHECKING
+
+from zero_plugins import lazy_exports
+
+_EXPORTS = {
+    "build_report": "._build",
+    "ReportTable": "._table",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from ._build import build_report
+    from ._table import ReportTable
+
+__all__ = ["ReportTable", "build_report"]  # spelled out: mypy reads no computed __all__

@@ -6,6 +6,7 @@ from typing import Any
 from zero_plugins import CommandResult, format_table, installed_zero_distributions
 
 from . import _collect
+from ._sections import Section, plugin_sections
 
 
 def build_report() -> CommandResult:
@@ -18,14 +19,17 @@ def build_report() -> CommandResult:
         "build_tools": _collect.build_tool_facts(),
         "plugins": _collect.plugin_facts(),
     }
-    return CommandResult(data, render(data))
+    extra = plugin_sections(taken=data.keys())
+    data.update((section.key, section.data) for section in extra)
+    return CommandResult(data, render(data, extra))
 
 
 def _bytes_or_unlimited(value: int | None) -> str:
     return "unlimited" if value is None else f"{value / 2**20:.1f} MiB ({value} bytes)"
 
 
-def render(data: dict[str, Any]) -> str:
+def render(data: dict[str, Any], extra: list[Section]) -> str:
+    """The text report: zero-core's own tables, then the plugins' sections (`extra`), then the plugin list."""
     accel = data["accelerator"]
     pin = data["pinning"]
     tools = data["build_tools"]
@@ -59,6 +63,7 @@ def render(data: dict[str, Any]) -> str:
                 for b in pin["backends"]
             ],
         ),
+        *(part for section in extra for part in (section.title, section.text)),
         "plugins",
         format_table(
             ["plugin", "distribution", "hooks"],

@@ -22,7 +22,7 @@ from ._grads import GradBuckets
 from ._groups import ShardedGroup, in_gradient_order, layout_buckets
 from ._layout import FlatLayout, ShardPiece, Slot, split_into_buckets
 from ._loss_scaler import DynamicLossScaler, LossScaler, build_loss_scaler
-from ._master import MasterParams
+from ._master import MasterParams, copy_owned
 from ._names import name_parameters, param_name
 from ._optimizer import ZeroOptimizer
 from ._packed_bucket import PackedBucket, pack_buckets
@@ -33,6 +33,8 @@ from ._reducer import GradReducer
 from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
 from ._storage import FlatStorage
+from ._swap_pool import SwappedTensor, SwapPool, SwapSettings
+from ._swapped_master import SwappedMaster
 
 __all__ = [
     "COMPUTE_DTYPES",
@@ -57,6 +59,10 @@ __all__ = [
     "ShardedGroup",
     "ShardedState",
     "StateHomes",
+    "SwapPool",
+    "SwapSettings",
+    "SwappedMaster",
+    "SwappedTensor",
     "Slot",
     "StagePolicy",
     "TrainingPasses",
@@ -68,6 +74,7 @@ __all__ = [
     "ZeroOptimizer",
     "broadcast_initial_weights",
     "build_dataloader",
+    "copy_owned",
     "build_flat_state",
     "build_loss_scaler",
     "build_optimizer",

@@ -13,5 +13,5 @@ def build_flat_state(model: torch.nn.Module, param_groups: list[ParamGroup], con
     broadcast_initial_weights([*model.parameters(), *model.buffers()], context.comm)
     place_frozen(frozen_params(model), context)
     place_buffers(model, context)
-    groups = [build_group(group, context) for group in param_groups]
+    groups = [build_group(group, index, context) for index, group in enumerate(param_groups)]
     return ShardedState(groups, list(layout_buckets(groups, context)), WholeParameterPasses(model, context.rank))

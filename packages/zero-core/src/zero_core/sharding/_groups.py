@@ -14,26 +14,29 @@ from ._layout import FlatLayout, split_into_buckets
 from ._master import MasterParams
 from ._param_groups import ParamGroup
 from ._storage import FlatStorage
+from ._swapped_master import SwappedMaster
 
 
 @dataclass(eq=False)
 class ShardedGroup:
     layouts: list[FlatLayout]
     flat: FlatStorage
-    master: MasterParams
+    master: MasterParams | SwappedMaster
     grads: GradBuckets
     options: dict[str, Any]
 
 
-def build_group(group: ParamGroup, context: BuildContext) -> ShardedGroup:
+def build_group(group: ParamGroup, group_index: int, context: BuildContext) -> ShardedGroup:
     """Stages 0-2: the group's parameters whole on every rank, in flat buckets."""
     params = in_gradient_order(group.params, context)
     sharded = context.policy.shards_optimizer_state
     # A stage that steps whole buckets never cuts them into shards, so it needs no padding: a layout of one "rank".
     parts = context.world_size if sharded else 1
     layouts = [FlatLayout(bucket, parts) for bucket in split_into_buckets(params, context.bucket_numel)]
-    master = None
-    if context.homes.master_is_copy(context.dtype):
+    master: MasterParams | SwappedMaster | None = None
+    if context.homes.master_swapped:
+        master = SwappedMaster.copy_of(f"group{group_index}", layouts, context.rank, context.homes)
+    elif context.homes.master_is_copy(context.dtype):
         master = MasterParams.copy_of(layouts, context.rank, sharded, context.homes)
     flat = FlatParams(layouts, context.dtype, context.device, context.ledger)
     if master is None:

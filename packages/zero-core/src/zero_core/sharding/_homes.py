@@ -12,17 +12,41 @@ import torch
 
 from ..memory import MemoryLedger
 from ..offload import OffloadDevice
+from ._swap_pool import SwapPool, SwappedTensor, SwapSettings
 
 
 class StateHomes:
     def __init__(self, device: torch.device, ledger: MemoryLedger, optimizer: OffloadDevice | None,
-                 parameters: OffloadDevice | None) -> None:
+                 parameters: OffloadDevice | None, swap: SwapSettings | None = None) -> None:
         """`optimizer`: where master, fp32 gradients and optimizer state live, if offloaded;
-        `parameters`: where stage 3's 16-bit partitions live, if offloaded."""
+        `parameters`: where stage 3's 16-bit partitions live, if offloaded; `swap`: how the step swaps
+        the master and optimizer state, when the optimizer's device keeps them in swap space."""
         self.device = device
         self.ledger = ledger
         self.optimizer = optimizer
         self.parameters = parameters
+        space = optimizer.swap_space if optimizer is not None else None
+        self.swap_pool: SwapPool | None = None
+        if space is not None:
+            if swap is None:
+                raise ValueError("an optimizer offload device with swap space needs SwapSettings")
+            self.swap_pool = SwapPool(space, swap)
+
+    @property
+    def master_swapped(self) -> bool:
+        """Whether the fp32 master and the optimizer state live in swap space (NVMe), not in memory."""
+        return self.swap_pool is not None
+
+    def swap_pool_or_fail(self) -> SwapPool:
+        if self.swap_pool is None:
+            raise RuntimeError("the master is not swapped: no swap pool")
+        return self.swap_pool
+
+    def swapped_master(self, name: str, values: torch.Tensor) -> SwappedTensor:
+        """An fp32 master tensor in swap space named `name`, holding `values` (a transient host tensor)."""
+        pool = self.swap_pool_or_fail()
+        swapped = SwappedTensor(name, values.numel(), pool.settings.buffer_numel, pool, "optim.master")
+        return swapped.copy_(values)
 
     # --- allocation ---
     def master(self, numel: int) -> torch.Tensor:
@@ -80,6 +104,12 @@ class StateHomes:
             self.parameters.to_host(target, master, accumulate=False)
         else:
             target.copy_(master)
+
+    def close(self) -> None:
+        """Release what the offload devices hold besides tensors (swap files, I/O workers)."""
+        for offload in (self.optimizer, self.parameters):
+            if offload is not None:
+                offload.close()
 
     def synchronize(self) -> None:
         """Wait for every copy to and from the offload devices."""

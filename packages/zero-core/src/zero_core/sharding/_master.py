@@ -9,6 +9,7 @@ unless the optimizer is offloaded: then the master is always a copy at the offlo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
@@ -16,11 +17,19 @@ from ..memory import MemoryLedger
 from ._homes import StateHomes
 from ._layout import FlatLayout
 from ._storage import FlatStorage
-from ._sub_groups import sub_group_views
+from ._sub_groups import step_by_sub_group, sub_group_views
 
 
 def owned_range(layout: FlatLayout, rank: int, sharded: bool) -> tuple[int, int]:
     return layout.shard_range(rank) if sharded else (0, layout.padded_numel)
+
+
+def copy_owned(target: torch.Tensor, layout: FlatLayout, lo: int, hi: int) -> torch.Tensor:
+    """Copy elements [lo, hi) of the layout's parameters (which hold full values now) into `target`."""
+    for piece in layout.pieces_in(lo, hi):
+        source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
+        target[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
+    return target
 
 
 class MasterParams:
@@ -31,7 +40,7 @@ class MasterParams:
         # What the optimizer steps: the tensors themselves, or their sub-group views (see _sub_groups.py).
         self.optimizer_params: list[torch.Tensor] = list(tensors)
         self._sub_group_numel: int | None = None
-        self._step_grads: list[torch.Tensor] | None = None  # offloaded optimizer: where whole gradients land
+        self.step_grads: list[torch.Tensor] | None = None  # offloaded optimizer: where whole gradients land
 
     @classmethod
     def copy_of(cls, layouts: Sequence[FlatLayout], rank: int, sharded: bool, homes: StateHomes) -> MasterParams:
@@ -39,11 +48,7 @@ class MasterParams:
         tensors, ranges = [], []
         for layout in layouts:
             lo, hi = owned_range(layout, rank, sharded)
-            master = homes.master(hi - lo)
-            for piece in layout.pieces_in(lo, hi):
-                source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
-                master[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
-            tensors.append(master)
+            tensors.append(copy_owned(homes.master(hi - lo), layout, lo, hi))
             ranges.append((lo, hi))
         return cls(tensors, ranges, is_view=False)
 
@@ -55,34 +60,24 @@ class MasterParams:
 
     def load_grads(self, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger, homes: StateHomes,
                    in_place: bool) -> None:
-        """Give each master tensor its fp32 gradient, unscaled.
-
-        `in_place`: the gradients already are fp32 where the step runs (an offloaded partition). Else
-        an offloaded optimizer copies them into its persistent buffers, and on the device an fp32
-        gradient is used as it is and a 16-bit one is copied (`optim.grad`, for the step only).
-        """
-        if homes.optimizer_offloaded and not in_place:
-            if self._step_grads is None:
-                self._step_grads = [homes.step_grads(master.numel()) for master in self.tensors]
-            for target, grad in zip(self._step_grads, grads):
-                homes.grads_to_optimizer(target, grad, accumulate=False)
-            homes.synchronize()
-            grads = self._step_grads
-        full = []
-        for grad in grads:
-            if grad.dtype == torch.float32:
-                full.append(grad.mul_(inv_scale) if inv_scale != 1.0 else grad)
-            else:
-                made = ledger.new("optim.grad", lambda: grad.float())
-                full.append(made.mul_(inv_scale) if inv_scale != 1.0 else made)
+        """Give each master tensor its fp32 gradient, unscaled (see fp32_grads)."""
+        full = fp32_grads(self, grads, inv_scale, ledger, homes, in_place)
         if self._sub_group_numel is not None:
             full = sub_group_views(full, self._sub_group_numel)  # cut exactly as the master was
         for param, grad in zip(self.optimizer_params, full):
             param.grad = grad
 
+    def numels(self) -> list[int]:
+        return [tensor.numel() for tensor in self.tensors]
+
     def split_into_sub_groups(self, max_numel: int) -> None:
         self._sub_group_numel = max_numel
         self.optimizer_params = sub_group_views(self.tensors, max_numel)
+
+    def step_offloaded(self, optimizer: torch.optim.Optimizer, group_index: int, flat: FlatStorage,
+                       homes: StateHomes) -> None:
+        """Step param group `group_index` one sub-group at a time (the master is in host memory)."""
+        step_by_sub_group(optimizer, group_index)
 
     def clear_grads(self) -> None:
         for param in self.optimizer_params:
@@ -94,3 +89,36 @@ class MasterParams:
             return
         for index, (master, (lo, hi)) in enumerate(zip(self.tensors, self.ranges)):
             homes.master_to_params(flat.owned(index, lo, hi), master, flat.is_offloaded(index))
+
+
+class MasterGrads(Protocol):
+    """What fp32_grads needs of a master: its tensors' sizes, and where an offloaded step's gradients persist."""
+
+    step_grads: list[torch.Tensor] | None
+
+    def numels(self) -> list[int]: ...
+
+
+def fp32_grads(master: MasterGrads, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger,
+               homes: StateHomes, in_place: bool) -> list[torch.Tensor]:
+    """The fp32 gradient of each master tensor, unscaled.
+
+    `in_place`: the gradients already are fp32 where the step runs (an offloaded partition). Else
+    an offloaded optimizer copies them into its persistent buffers, and on the device an fp32
+    gradient is used as it is and a 16-bit one is copied (`optim.grad`, for the step only).
+    """
+    if homes.optimizer_offloaded and not in_place:
+        if master.step_grads is None:
+            master.step_grads = [homes.step_grads(numel) for numel in master.numels()]
+        for target, grad in zip(master.step_grads, grads):
+            homes.grads_to_optimizer(target, grad, accumulate=False)
+        homes.synchronize()
+        grads = master.step_grads
+    full = []
+    for grad in grads:
+        if grad.dtype == torch.float32:
+            full.append(grad.mul_(inv_scale) if inv_scale != 1.0 else grad)
+        else:
+            made = ledger.new("optim.grad", lambda: grad.float())
+            full.append(made.mul_(inv_scale) if inv_scale != 1.0 else made)
+    return full

@@ -22,7 +22,6 @@ from ._groups import ShardedGroup
 from ._homes import StateHomes
 from ._loss_scaler import LossScaler
 from ._policy import StagePolicy
-from ._sub_groups import step_by_sub_group
 
 
 class ZeroOptimizer:
@@ -109,7 +108,8 @@ class ZeroOptimizer:
             if not in_place:
                 group.grads.release()  # the master holds its own fp32 copy now: free the 16-bit one before the step
         if self._homes.optimizer_offloaded:
-            step_by_sub_group(self.optimizer)
+            for index, group in enumerate(self.groups):
+                group.master.step_offloaded(self.optimizer, index, group.flat, self._homes)
         else:
             self.optimizer.step()
         for group in self.groups:
@@ -121,12 +121,16 @@ class ZeroOptimizer:
         if self._sharded:
             self._all_gather_params()
         self.loss_scaler.update(False)
+        if not self._homes.master_swapped:  # swapped state is counted in its slots (SwappedMaster)
+            self._register_state()
+        return True
+
+    def _register_state(self) -> None:
         placement = self._homes.optimizer.placement if self._homes.optimizer is not None else Placement.DEVICE
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
                     self._ledger.register(value, "optim.state", placement, pinned=False)
-        return True
 
     def get_global_grad_norm(self) -> float | None:
         """The unscaled global gradient norm of the last step, before clipping (None before any step)."""

@@ -20,13 +20,18 @@ def sub_group_views(tensors: list[torch.Tensor], max_numel: int) -> list[torch.T
     return views
 
 
-def step_by_sub_group(optimizer: torch.optim.Optimizer) -> None:
-    """One step of every parameter, one parameter (sub-group) at a time, with its group's settings."""
+def step_by_sub_group(optimizer: torch.optim.Optimizer, group_index: int) -> None:
+    """One step of every parameter of param group `group_index`, one parameter (sub-group) at a time."""
+    group = optimizer.param_groups[group_index]
+    for param in group["params"]:
+        step_one(optimizer, group_index, param)
+
+
+def step_one(optimizer: torch.optim.Optimizer, group_index: int, param: torch.Tensor) -> None:
+    """One step of `param` alone, with param group `group_index`'s settings (a scheduler may have changed them)."""
     groups = optimizer.param_groups
+    optimizer.param_groups = [{**groups[group_index], "params": [param]}]
     try:
-        for group in groups:
-            for param in group["params"]:
-                optimizer.param_groups = [{**group, "params": [param]}]
-                optimizer.step()
+        optimizer.step()
     finally:
         optimizer.param_groups = groups

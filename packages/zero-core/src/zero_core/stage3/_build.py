@@ -25,6 +25,8 @@ from ..sharding import (
     ParamGroup,
     ShardedGroup,
     ShardedState,
+    SwappedMaster,
+    SwappedTensor,
     broadcast_initial_weights,
     in_gradient_order,
     layout_buckets,
@@ -53,7 +55,8 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
     groups = []
     for index, group in enumerate(param_groups):
         persistent = [p for p in group.params if unit_of(p) is None]
-        groups.append(_sharded_group(persistent, group_units[index], group_masters[index], group.options, context))
+        groups.append(_sharded_group(index, persistent, group_units[index], group_masters[index], group.options,
+                                     context))
     # one bucket per unit, packed up to reduce_bucket_size elements so that a block's small units share a collective
     buckets = pack_buckets(layout_buckets(groups, context), zero.reduce_bucket_size, context.world_size)
     coordinator = GatherCoordinator(HeldMemoryDetector(context.ledger), zero.stage3_prefetch_bucket_size,
@@ -65,12 +68,12 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
 
 def _build_units(
     model: torch.nn.Module, group_of: dict[int, int], context: BuildContext,
-) -> tuple[dict[torch.nn.Module, list[ParamUnit]], list[list[ParamUnit]], list[list[torch.Tensor]]]:
+) -> tuple[dict[torch.nn.Module, list[ParamUnit]], list[list[ParamUnit]], list[list[torch.Tensor | SwappedTensor]]]:
     threshold = context.config.zero_optimization.stage3_param_persistence_threshold
     comm, dtype, device, ledger = context.comm, context.dtype, context.device, context.ledger
     groups = max(group_of.values(), default=-1) + 1
     group_units: list[list[ParamUnit]] = [[] for _ in range(groups)]
-    group_masters: list[list[torch.Tensor]] = [[] for _ in range(groups)]
+    group_masters: list[list[torch.Tensor | SwappedTensor]] = [[] for _ in range(groups)]
     unit_by_param: dict[int, ParamUnit] = {}
     seen: set[int] = set()
     for name, module in model.named_modules():
@@ -89,11 +92,15 @@ def _build_units(
             else:
                 keys.setdefault(group_of.get(id(param)), []).append(param)
         for key, params in keys.items():
-            master = None
-            if key is not None and context.homes.master_is_copy(dtype):
+            label = (name or "(root module)") + ("" if key is not None else " (frozen)")
+            master: torch.Tensor | SwappedTensor | None = None
+            if key is not None and context.homes.master_swapped:
+                layout = FlatLayout(params, comm.world_size)
+                values = fill_shard(torch.zeros(layout.shard_numel), layout, comm.rank)
+                master = context.homes.swapped_master(f"group{key}.{label}", values)
+            elif key is not None and context.homes.master_is_copy(dtype):
                 layout = FlatLayout(params, comm.world_size)
                 master = fill_shard(context.homes.master(layout.shard_numel), layout, comm.rank)
-            label = (name or "(root module)") + ("" if key is not None else " (frozen)")
             unit = ParamUnit(label, params, comm, dtype, ledger, device, offload=context.homes.parameters)
             unit.master = master
             unit_by_param.update((id(p), unit) for p in params)
@@ -121,22 +128,26 @@ def _make_whole(param: torch.nn.Parameter, context: BuildContext, trainable: boo
 
 
 def _sharded_group(
-    persistent: list[torch.nn.Parameter], units: list[ParamUnit], masters: list[torch.Tensor],
-    options: dict[str, Any], context: BuildContext,
+    group_index: int, persistent: list[torch.nn.Parameter], units: list[ParamUnit],
+    masters: list[torch.Tensor | SwappedTensor], options: dict[str, Any], context: BuildContext,
 ) -> ShardedGroup:
     """One param group: persistent params in stage-2 buckets, then the units; one master over both."""
     comm, dtype, device, ledger = context.comm, context.dtype, context.device, context.ledger
     persistent = in_gradient_order(persistent, context)
     layouts = [FlatLayout(bucket, comm.world_size) for bucket in split_into_buckets(persistent, context.bucket_numel)]
-    persistent_master = None
-    if context.homes.master_is_copy(dtype):
-        persistent_master = MasterParams.copy_of(layouts, comm.rank, True, context.homes)
     flat = Stage3Params(FlatParams(layouts, dtype, device, ledger) if layouts else None, units)
-    if persistent_master is None:
-        master = MasterParams.view_of(flat, comm.rank, True)
+    ranges = [unit.layout.shard_range(comm.rank) for unit in units]
+    master: MasterParams | SwappedMaster
+    if context.homes.master_swapped:
+        own = SwappedMaster.copy_of(f"group{group_index}.persistent", layouts, comm.rank, context.homes)
+        swapped = [m for m in masters if isinstance(m, SwappedTensor)]
+        master = SwappedMaster(own.tensors + swapped, own.ranges + ranges, context.homes.swap_pool_or_fail(), ledger)
+    elif context.homes.master_is_copy(dtype):
+        copied = MasterParams.copy_of(layouts, comm.rank, True, context.homes)
+        tensors = [m for m in masters if isinstance(m, torch.Tensor)]
+        master = MasterParams(copied.tensors + tensors, copied.ranges + ranges, is_view=False)
     else:
-        ranges = [unit.layout.shard_range(comm.rank) for unit in units]
-        master = MasterParams(persistent_master.tensors + masters, persistent_master.ranges + ranges, is_view=False)
+        master = MasterParams.view_of(flat, comm.rank, True)
     grads = GradBuckets(flat.layouts, comm.rank, context.policy, dtype, context.homes)
     return ShardedGroup(flat.layouts, flat, master, grads, dict(options))
 

@@ -28,7 +28,9 @@ class Stage3Params:
         if index < count:
             assert self.persistent is not None
             return self.persistent.owned(index, lo, hi)
-        return self.units[index - count].shard
+        unit = self.units[index - count]
+        start, _ = unit.layout.shard_range(unit.comm.rank)
+        return unit.shard[lo - start : hi - start]
 
     def is_offloaded(self, index: int) -> bool:
         count = len(self.persistent_layouts)

@@ -18,7 +18,7 @@ import torch
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
 from ..offload import OffloadDevice
-from ..sharding import FlatLayout
+from ..sharding import FlatLayout, SwappedTensor, copy_owned
 
 
 class UnitState(enum.Enum):
@@ -50,7 +50,8 @@ class ParamUnit:
         self.dtype = dtype
         self.ledger = ledger
         self.state = UnitState.PARTITIONED
-        self.master: torch.Tensor | None = None  # the fp32 master of this shard, when the engine keeps a copy
+        # the fp32 master of this shard, when the engine keeps a copy (in memory or in swap space)
+        self.master: torch.Tensor | SwappedTensor | None = None
         self.buffer: torch.Tensor | None = None
         self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
         self._work: Work | None = None
@@ -150,10 +151,7 @@ def shard_of(layout: FlatLayout, rank: int, dtype: torch.dtype, device: torch.de
 def fill_shard(shard: torch.Tensor, layout: FlatLayout, rank: int) -> torch.Tensor:
     """Copy rank's part of the layout's parameters (which hold full values now) into a zeroed `shard`."""
     lo, hi = layout.shard_range(rank)
-    for piece in layout.pieces_in(lo, hi):
-        source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
-        shard[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
-    return shard
+    return copy_owned(shard, layout, lo, hi)
 
 
 def unit_of(param: torch.Tensor) -> ParamUnit | None:

@@ -11,7 +11,7 @@ from zero_plugins import CommandResult, format_table
 
 from ._direct import BUFFERED_ENV, buffered_from_env, direct_io_problem, filesystem_type
 from ._errors import SwapError
-from ._select import DEFAULT, ENV_VAR, REGISTRY, backend_statuses, selected_name
+from ._select import DEFAULT, ENV_VAR, REGISTRY, backend_listing, selected_name
 from ._units import format_bytes, parse_bytes, parse_list
 
 
@@ -55,16 +55,15 @@ def run(args: argparse.Namespace) -> CommandResult:
 
 
 def _check(path: str | None) -> CommandResult:
-    selected = selected_name()
-    REGISTRY.get(selected)  # an unknown ZERO_SWAP_BACKEND fails here, listing what is installed
-    statuses = backend_statuses()
+    listing = backend_listing()
+    statuses = listing["backends"]
     buffered = buffered_from_env()
     rows = [(s["name"] + (" *" if s["selected"] else ""), "yes" if s["available"] else "no", s["distribution"], s["reason"])
             for s in statuses]
     lines = [format_table(["backend", "available", "distribution", "reason"], rows),
              f"(* selected by {ENV_VAR}, default {DEFAULT})",
              f"I/O mode: {'buffered (' + BUFFERED_ENV + ' is set): no O_DIRECT' if buffered else 'O_DIRECT'}"]
-    data: dict[str, Any] = {"selected": selected, "backends": statuses, "buffered": buffered}
+    data: dict[str, Any] = {**listing, "buffered": buffered}
     usable = any(s["selected"] and s["available"] for s in statuses)
     if path is not None:
         if not os.path.isdir(path):

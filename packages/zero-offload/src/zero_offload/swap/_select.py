@@ -34,6 +34,13 @@ class BackendStatus(TypedDict):
     selected: bool
 
 
+class BackendListing(TypedDict):
+    """backend_listing(): what `zero swap check` and `zero report` show of the backends."""
+
+    selected: str
+    backends: list[BackendStatus]
+
+
 def selected_name() -> str:
     """ZERO_SWAP_BACKEND, or `threads` when it is unset."""
     return REGISTRY.requested_name() or DEFAULT
@@ -48,6 +55,14 @@ def backend_statuses() -> list[BackendStatus]:
         rows.append({"name": name, "available": available, "reason": reason,
                      "distribution": registration.provider.distribution, "selected": name == selected})
     return rows
+
+
+def backend_listing() -> BackendListing:
+    """The selected name and every backend's status; an unknown ZERO_SWAP_BACKEND is a PluginError
+    listing the installed backends (no row would be marked selected, which would hide the mistake)."""
+    selected = selected_name()
+    REGISTRY.get(selected)
+    return {"selected": selected, "backends": backend_statuses()}
 
 
 def get_swap_backend(aio: AioConfig | None = None, *, name: str | None = None,

@@ -1,0 +1,60 @@
+"""The interface of swap space: where an offload device keeps copies out of memory (NVMe files).
+
+A device whose placement is NVME hands the engine a `SwapSpace`. The engine reserves one
+`SwapSlot` per tensor it keeps there (a sub-group's fp32 master, each of its optimizer
+state tensors, a stage-3 partition) and moves the slot's contents in and out of staging
+buffers the space allocates: the buffers are the only memory the swapped copies take.
+zero-core never touches files; zero-offload implements this over its swap-I/O backends.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Protocol
+
+import torch
+
+
+class SwapTransfer(Protocol):
+    """One read or write in flight."""
+
+    def wait(self) -> object:
+        """Block until it is complete; raise the error that stopped it (naming the file and the call)."""
+        ...
+
+
+class SwapSlot:
+    """One tensor's place in swap space: `numel` elements of `dtype`, at `location` (a file, for messages)."""
+
+    def __init__(self, name: str, numel: int, dtype: torch.dtype, location: str) -> None:
+        self.name = name
+        self.numel = numel
+        self.dtype = dtype
+        self.location = location
+
+    def __repr__(self) -> str:
+        return f"SwapSlot({self.name}, {self.numel} x {self.dtype}, {self.location})"
+
+
+class SwapSpace(ABC):
+    @abstractmethod
+    def reserve(self, name: str, numel: int, dtype: torch.dtype, category: str) -> SwapSlot:
+        """A slot for a tensor named `name` (unique in this space; a parameter's or sub-group's fully
+        qualified name with the tensor's kind), counted in the ledger under `category` at `nvme`."""
+
+    @abstractmethod
+    def staging_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A host buffer that transfers can use, registered in the ledger as `swap.buffer` (pinned when the
+        block's `pin_memory` allows). Views of it at multiples of `slot_alignment` bytes can be transferred."""
+
+    @property
+    @abstractmethod
+    def slot_alignment(self) -> int:
+        """Bytes a buffer view handed to read/write must start at a multiple of."""
+
+    @abstractmethod
+    def write(self, slot: SwapSlot, source: torch.Tensor) -> SwapTransfer:
+        """Start writing `source` (a view of a staging buffer, `slot.numel` elements) into the slot."""
+
+    @abstractmethod
+    def read(self, slot: SwapSlot, target: torch.Tensor) -> SwapTransfer:
+        """Start reading the slot into `target` (a view of a staging buffer, `slot.numel` elements)."""

@@ -1,0 +1,102 @@
+"""Staging buffers for swapped copies, and a 1-D fp32 tensor kept in swap space one sub-group per slot.
+
+With the optimizer state at an NVMe device, the fp32 master and the optimizer state of each
+sub-group live in swap slots, and the only memory they take is a pool of `buffer_count`
+buffers of one sub-group each (the ds_config's `offload_optimizer.buffer_count`), as in
+DeepSpeed. The pool is one allocation cut at the space's alignment, so each buffer can be
+handed to O_DIRECT I/O.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..config import ConfigError
+from ..offload import SwapSpace, SwapTransfer
+
+
+@dataclass(frozen=True)
+class SwapSettings:
+    """How the step swaps: from the ds_config's `offload_optimizer` block."""
+
+    buffer_count: int
+    buffer_numel: int  # elements of one buffer: the largest sub-group
+    pipeline_read: bool
+    pipeline_write: bool
+    block_path: str = "zero_optimization.offload_optimizer"
+
+
+class SwapPool:
+    def __init__(self, space: SwapSpace, settings: SwapSettings) -> None:
+        if settings.buffer_count < 1:
+            raise ConfigError(f"{settings.block_path}.buffer_count",
+                              "is 0, but swapping the optimizer state needs buffers; set it to at least 3 for Adam "
+                              "(the master and two state tensors per sub-group), more to pipeline reads and writes")
+        self.space = space
+        self.settings = settings
+        itemsize = torch.float32.itemsize
+        alignment = space.slot_alignment
+        stride = -(-settings.buffer_numel * itemsize // alignment) * alignment // itemsize
+        self._memory = space.staging_buffer(stride * settings.buffer_count, torch.float32)
+        self._free = [self._memory[i * stride : i * stride + settings.buffer_numel]
+                      for i in range(settings.buffer_count)]
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def acquire(self, count: int, make_room: Callable[[], bool]) -> list[torch.Tensor]:
+        """`count` free buffers; `make_room()` finishes an earlier transfer to free some (False: nothing to finish)."""
+        if count > self.settings.buffer_count:
+            raise ConfigError(f"{self.settings.block_path}.buffer_count",
+                              f"is {self.settings.buffer_count}, but the optimizer's step swaps {count} tensors per "
+                              f"sub-group (the fp32 master and {count - 1} state tensor(s)): set it to at least {count}")
+        while len(self._free) < count:
+            if not make_room():
+                raise RuntimeError(f"swap pool: {count} buffers needed, {len(self._free)} free and no transfer to "
+                                   "finish (buffers were not released)")
+        taken, self._free = self._free[:count], self._free[count:]
+        return taken
+
+    def release(self, buffers: list[torch.Tensor]) -> None:
+        self._free.extend(buffers)
+
+
+class SwappedTensor:
+    """A 1-D fp32 tensor in swap space, cut into slots of at most `sub_group_numel` elements (its sub-groups)."""
+
+    def __init__(self, name: str, numel: int, sub_group_numel: int, pool: SwapPool, category: str) -> None:
+        self.name = name
+        self.numel = numel
+        self.pool = pool
+        sizes = [min(sub_group_numel, numel - start) for start in range(0, numel, sub_group_numel)] or [0]
+        self.offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+        self.slots = [pool.space.reserve(f"{name}.sub{k}", size, torch.float32, category)
+                      for k, size in enumerate(sizes)]
+
+    def copy_(self, source: torch.Tensor) -> SwappedTensor:
+        """Write `source` (1-D, `numel` elements, anywhere) into the slots through one pool buffer."""
+        (buffer,) = self.pool.acquire(1, lambda: False)
+        try:
+            for slot, offset in zip(self.slots, self.offsets):
+                view = buffer[: slot.numel]
+                view.copy_(source[offset : offset + slot.numel])
+                self.pool.space.write(slot, view).wait()
+        finally:
+            self.pool.release([buffer])
+        return self
+
+
+def wait_all(transfers: list[SwapTransfer]) -> None:
+    """Wait for every transfer, then raise the first error: none is left running on a buffer about to be reused."""
+    first: BaseException | None = None
+    for transfer in transfers:
+        try:
+            transfer.wait()
+        except BaseException as error:  # noqa: BLE001 - re-raised below, after the others finished
+            first = first or error
+    if first is not None:
+        raise first
+

@@ -1,0 +1,237 @@
+"""The fp32 master and optimizer state in swap space (`offload_optimizer.device: nvme`), streamed through the step.
+
+Each sub-group's master and each of its optimizer state tensors live in a swap slot. The
+optimizer steps a placeholder tensor per sub-group: before its step the sub-group's slots
+are read into pool buffers and the placeholder (and its state entries) point into them;
+after the step the updated master is copied into the compute-dtype parameters, the
+buffers are written back, and the placeholder points at nothing again. With
+`pipeline_read` the next sub-groups are read while this one steps; with `pipeline_write`
+the writes finish while the next ones step; both as far as `buffer_count` allows. Between
+steps the optimizer's param-sized state entries are empty tensors: the values are in the
+slots. The result equals the same step over a master in host memory, bit for bit, since
+the sub-groups are cut the same way.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..memory import MemoryLedger, Placement
+from ..offload import SwapSlot, SwapTransfer
+from ._homes import StateHomes
+from ._layout import FlatLayout
+from ._master import copy_owned, fp32_grads, owned_range
+from ._storage import FlatStorage
+from ._sub_groups import step_one
+from ._swap_pool import SwapPool, SwappedTensor, wait_all
+
+
+@dataclass(eq=False)
+class _SubGroup:
+    param: torch.Tensor  # what the optimizer steps; points into a pool buffer only while swapped in
+    master: SwapSlot
+    tensor_index: int
+    offset: int  # of its first element in the master tensor
+    states: dict[str, SwapSlot] = field(default_factory=dict)  # the optimizer's param-sized state tensors
+    grad: torch.Tensor | None = None
+
+
+@dataclass(eq=False)
+class _InFlight:
+    sub_group: _SubGroup
+    buffers: list[torch.Tensor]
+    transfers: list[SwapTransfer]
+
+
+class SwappedMaster:
+    is_view = False
+
+    def __init__(self, tensors: list[SwappedTensor], ranges: list[tuple[int, int]], pool: SwapPool,
+                 ledger: MemoryLedger) -> None:
+        self.tensors = tensors
+        self.ranges = ranges
+        self.step_grads: list[torch.Tensor] | None = None
+        self._pool = pool
+        self._ledger = ledger
+        self._sub_groups = [
+            _SubGroup(torch.empty(0), slot, index, offset)
+            for index, tensor in enumerate(tensors) for slot, offset in zip(tensor.slots, tensor.offsets)
+        ]
+        self.optimizer_params = [sub_group.param for sub_group in self._sub_groups]
+
+    @classmethod
+    def copy_of(cls, name: str, layouts: Sequence[FlatLayout], rank: int, homes: StateHomes) -> SwappedMaster:
+        """The owned elements of each layout, written to swap space one layout at a time."""
+        tensors, ranges = [], []
+        for index, layout in enumerate(layouts):
+            lo, hi = owned_range(layout, rank, sharded=True)
+            tensors.append(homes.swapped_master(f"{name}.bucket{index}", copy_owned(torch.zeros(hi - lo), layout, lo, hi)))
+            ranges.append((lo, hi))
+        return cls(tensors, ranges, homes.swap_pool_or_fail(), homes.ledger)
+
+    def numels(self) -> list[int]:
+        return [tensor.numel for tensor in self.tensors]
+
+    def split_into_sub_groups(self, max_numel: int) -> None:
+        """Nothing to do: the swap slots were cut at `sub_group_size` when they were made."""
+
+    def load_grads(self, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger, homes: StateHomes,
+                   in_place: bool) -> None:
+        full = fp32_grads(self, grads, inv_scale, ledger, homes, in_place)
+        cut = [grad[offset : offset + slot.numel]
+               for grad, tensor in zip(full, self.tensors) for slot, offset in zip(tensor.slots, tensor.offsets)]
+        for sub_group, grad in zip(self._sub_groups, cut):
+            sub_group.grad = grad
+
+    def clear_grads(self) -> None:
+        for sub_group in self._sub_groups:
+            sub_group.grad = None
+
+    def write_back(self, flat: FlatStorage, homes: StateHomes) -> None:
+        """Nothing to do: each sub-group was copied into the parameters during the step, while it was in memory."""
+
+    def step_offloaded(self, optimizer: torch.optim.Optimizer, group_index: int, flat: FlatStorage,
+                       homes: StateHomes) -> None:
+        _SwappedStep(self, optimizer, group_index, flat, homes).run()
+
+    # --- used by _SwappedStep ---
+    def bind(self, sub_group: _SubGroup, buffers: list[torch.Tensor], state: dict[str, object]) -> None:
+        numel = sub_group.master.numel
+        sub_group.param.data = buffers[0][:numel]
+        sub_group.param.grad = sub_group.grad
+        for name, buffer in zip(sub_group.states, buffers[1:]):
+            state[name] = buffer[:numel]
+
+    def unbind(self, sub_group: _SubGroup, state: dict[str, object]) -> None:
+        sub_group.param.grad = None
+        sub_group.param.data = torch.empty(0)
+        for name in sub_group.states:
+            state[name] = torch.empty(0)
+
+    def new_states(self, sub_group: _SubGroup, state: dict[str, object]) -> list[str]:
+        """Param-sized state tensors the optimizer made in this step (its first): each gets a slot."""
+        shape = sub_group.param.shape
+        made = [name for name, value in state.items()
+                if isinstance(value, torch.Tensor) and value.shape == shape and name not in sub_group.states]
+        for name in made:
+            sub_group.states[name] = self._pool.space.reserve(
+                f"{sub_group.master.name}.{name}", sub_group.master.numel, torch.float32, "optim.state")
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.shape != shape:  # step counts stay in memory
+                self._ledger.register(value, "optim.state", Placement.HOST)
+        return made
+
+
+class _SwappedStep:
+    """One optimizer step over a SwappedMaster's sub-groups, reading ahead and writing behind."""
+
+    def __init__(self, master: SwappedMaster, optimizer: torch.optim.Optimizer, group_index: int, flat: FlatStorage,
+                 homes: StateHomes) -> None:
+        self.master = master
+        self.optimizer = optimizer
+        self.group_index = group_index
+        self.flat = flat
+        self.homes = homes
+        self.pool = master._pool
+        self.settings = self.pool.settings
+        self.reads: deque[_InFlight] = deque()
+        self.writes: deque[_InFlight] = deque()
+        self.pending = deque(master._sub_groups)
+
+    def run(self) -> None:
+        try:
+            while self.pending or self.reads:
+                if not self.reads:
+                    self._read_next()
+                current = self.reads.popleft()
+                wait_all(current.transfers)
+                if self.settings.pipeline_read:
+                    self._read_ahead()
+                self._step(current)
+                if not self.settings.pipeline_write:
+                    self._finish_write()
+            while self.writes:
+                self._finish_write()
+        finally:
+            self._drain()
+
+    def _buffers_needed(self, sub_group: _SubGroup) -> int:
+        return 1 + len(sub_group.states)
+
+    def _read_next(self) -> None:
+        sub_group = self.pending.popleft()
+        buffers = self.pool.acquire(self._buffers_needed(sub_group), self._finish_write)
+        slots = [sub_group.master, *sub_group.states.values()]
+        transfers = [self.pool.space.read(slot, buffer[: slot.numel]) for slot, buffer in zip(slots, buffers)]
+        self.reads.append(_InFlight(sub_group, buffers, transfers))
+
+    def _read_ahead(self) -> None:
+        """Start reading the next sub-groups while buffers are free (never waiting for one)."""
+        while self.pending and self.pool.free >= self._buffers_needed(self.pending[0]) + self._reserve():
+            self._read_next()
+
+    def _reserve(self) -> int:
+        # Keep room for the state a first step creates: it needs buffers before the next read could free any.
+        return 0 if self.master._sub_groups[0].states else self.pool.settings.buffer_count
+
+    def _step(self, current: _InFlight) -> None:
+        sub_group = current.sub_group
+        state = self.optimizer.state[sub_group.param]
+        self.master.bind(sub_group, current.buffers, state)
+        step_one(self.optimizer, self.group_index, sub_group.param)
+        made = self.master.new_states(sub_group, state)
+        if made:
+            current.buffers += self.pool.acquire(len(made), self._finish_write)
+            if sub_group is self.master._sub_groups[0]:
+                self._warn_if_shallow(sub_group)
+        numel = sub_group.master.numel
+        slots = [sub_group.master, *sub_group.states.values()]
+        sources = [sub_group.param.data, *(state[name] for name in sub_group.states)]
+        for buffer, value in zip(current.buffers[1:], sources[1:]):
+            if isinstance(value, torch.Tensor) and value.data_ptr() != buffer.data_ptr():
+                buffer[:numel].copy_(value)  # made by this step, or replaced by an optimizer that does not work in place
+        self._write_back_params(sub_group, current.buffers[0][:numel])
+        self.master.unbind(sub_group, state)
+        transfers = [self.pool.space.write(slot, buffer[: slot.numel]) for slot, buffer in zip(slots, current.buffers)]
+        self.writes.append(_InFlight(sub_group, current.buffers, transfers))
+
+    def _write_back_params(self, sub_group: _SubGroup, master: torch.Tensor) -> None:
+        index = sub_group.tensor_index
+        lo, _ = self.master.ranges[index]
+        start = lo + sub_group.offset
+        target = self.flat.owned(index, start, start + master.numel())
+        self.homes.master_to_params(target, master, self.flat.is_offloaded(index))
+        self.homes.synchronize()  # the buffer is written to swap space next
+
+    def _finish_write(self) -> bool:
+        if not self.writes:
+            return False
+        done = self.writes.popleft()
+        wait_all(done.transfers)
+        self.pool.release(done.buffers)
+        return True
+
+    def _drain(self) -> None:
+        """After an error: let every transfer finish before its buffer is reused, and give the buffers back."""
+        for flight in (*self.reads, *self.writes):
+            try:
+                wait_all(flight.transfers)
+            except BaseException:  # noqa: BLE001 - the error that stopped the step is already propagating
+                pass
+            self.pool.release(flight.buffers)
+        self.reads.clear()
+        self.writes.clear()
+
+    def _warn_if_shallow(self, sub_group: _SubGroup) -> None:
+        needed = self._buffers_needed(sub_group)
+        wanted = needed * (1 + self.settings.pipeline_read + self.settings.pipeline_write)
+        if wanted > self.settings.buffer_count and (self.settings.pipeline_read or self.settings.pipeline_write):
+            warnings.warn(
+                f"{self.settings.block_path}: pipeline_read/pipeline_write overlap swapping with the step only when "
+                f"buffer_count holds more than one sub-group: the step swaps {needed} tensors per sub-group, so set "
+                f"buffer_count to {wanted} (it is {self.settings.buffer_count}); until then sub-groups overlap "
+                "only as far as the buffers allow", stacklevel=2)

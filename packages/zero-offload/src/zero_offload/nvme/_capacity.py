@@ -1,0 +1,23 @@
+"""Whether the swap files fit on `nvme_path`, checked before the first write."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import zero_pin
+from zero_core.config import ConfigError
+from zero_core.offload import OffloadPlan, OffloadSettings
+
+
+def check_disk_space(plan: OffloadPlan, settings: OffloadSettings, root: Path) -> None:
+    """The ranks on this host share `nvme_path`'s file system, so all of them must fit in its free space."""
+    stats = os.statvfs(root)
+    free = stats.f_bavail * stats.f_frsize
+    ranks = settings.local_world_size
+    needed = plan.disk_bytes * ranks
+    if needed > free:
+        raise ConfigError(
+            f"{settings.block_path}.nvme_path",
+            f"swapping needs {zero_pin.format_bytes(plan.disk_bytes)} of disk per rank, {zero_pin.format_bytes(needed)} "
+            f"for the {ranks} rank(s) on this host, but {root} has {zero_pin.format_bytes(free)} free; "
+            "free space there, point nvme_path at a larger drive, or use fewer ranks per node")

@@ -1,0 +1,108 @@
+"""NVMe swap space: one file per slot in this rank's swap directory, moved by the selected swap backend.
+
+A slot named `group0.transformer.h.0.mlp.sub1` of category `optim.master` is the file
+`<run dir>/rank<r>/optim.master/group0.transformer.h.0.mlp.sub1.swp`, so every file names its
+rank, its parameters' module and its kind. A failed transfer leaves the slot's file
+half-written: the space then refuses every later transfer, naming the first failure, so
+no step ever reads it back as if it were whole.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import torch
+import zero_pin
+from zero_core.memory import MemoryLedger, Placement
+from zero_core.offload import SwapSlot, SwapSpace, SwapTransfer
+
+from ..swap._backend import SwapBackend
+from ..swap._buffers import ALIGNMENT, aligned_empty, padded_nbytes
+from ..swap._errors import SwapError
+from ._run_dir import SwapDirectory
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_LIMIT = 200  # bytes of a file name, well under every file system's 255
+
+
+class NvmeSwapSpace(SwapSpace):
+    def __init__(self, directory: SwapDirectory, backend: SwapBackend, ledger: MemoryLedger, pin: bool) -> None:
+        self.directory = directory
+        self.backend = backend
+        self._ledger = ledger
+        self._pin = pin
+        self._slots: dict[str, SwapSlot] = {}
+        self._paths: set[Path] = set()
+        self._failure: BaseException | None = None
+
+    @property
+    def slot_alignment(self) -> int:
+        return ALIGNMENT
+
+    def reserve(self, name: str, numel: int, dtype: torch.dtype, category: str) -> SwapSlot:
+        if name in self._slots:
+            raise SwapError(f"swap slot {name!r} ({category}) is reserved twice")
+        path = self._path_for(name, category)
+        slot = SwapSlot(name, numel, dtype, str(path))
+        self._slots[name] = slot
+        self._ledger.register_extent(slot, category, Placement.NVME, padded_nbytes(numel * dtype.itemsize))
+        return slot
+
+    def staging_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        buffer = aligned_empty(numel, dtype, pin=self._pin)
+        pinned = self._pin and zero_pin.is_pinned(buffer)
+        return self._ledger.register(buffer, "swap.buffer", Placement.HOST, pinned)
+
+    def write(self, slot: SwapSlot, source: torch.Tensor) -> SwapTransfer:
+        return self._start(slot, source, write=True)
+
+    def read(self, slot: SwapSlot, target: torch.Tensor) -> SwapTransfer:
+        return self._start(slot, target, write=False)
+
+    def close(self) -> None:
+        """Remove the files (after the backend has finished what it was given) and uncount them."""
+        self.backend.close()
+        self.directory.remove()
+        for slot in self._slots.values():
+            self._ledger.release_extent(slot)
+
+    def _start(self, slot: SwapSlot, tensor: torch.Tensor, write: bool) -> SwapTransfer:
+        if self._failure is not None:
+            raise SwapError(f"swap space {self.directory.path} is unusable after an earlier failed transfer "
+                            f"({self._failure}); its files may be half-written, so the run cannot go on from them")
+        if self.directory.removed:
+            raise SwapError(f"swap space {self.directory.path} was closed by destroy(); the engine cannot step after it")
+        if tensor.numel() != slot.numel or tensor.dtype != slot.dtype:
+            raise SwapError(f"swap slot {slot.name}: {tensor.numel()} x {tensor.dtype} does not fit its "
+                            f"{slot.numel} x {slot.dtype}")
+        if write:
+            return _Transfer(self, self.backend.write_async(tensor, slot.location))
+        return _Transfer(self, self.backend.read_async(tensor, slot.location))
+
+    def _path_for(self, name: str, category: str) -> Path:
+        safe = _UNSAFE.sub("_", name).strip("._") or "tensor"
+        if len(safe.encode()) > _NAME_LIMIT:  # keep the start and make it unique with a digest of the whole name
+            safe = safe[: _NAME_LIMIT - 17] + "~" + hashlib.sha1(name.encode()).hexdigest()[:16]
+        folder = self.directory.path / category
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{safe}.swp"
+        counter = 1
+        while path in self._paths:  # two names that differ only in characters a file name cannot hold
+            path = folder / f"{safe}~{counter}.swp"
+            counter += 1
+        self._paths.add(path)
+        return path
+
+
+class _Transfer:
+    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer) -> None:
+        self._space = space
+        self._handle = handle
+
+    def wait(self) -> object:
+        try:
+            return self._handle.wait()
+        except BaseException as error:
+            self._space._failure = self._space._failure or error
+            raise

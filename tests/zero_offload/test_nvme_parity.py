@@ -1,0 +1,100 @@
+"""Parity: optimizer state on NVMe trains exactly like CPU offload, step by step, bit for bit.
+
+The same two-rank runs as test_offload_parity.py's, once with `offload_optimizer: cpu` and
+once with `nvme` under a directory where O_DIRECT works. Sub-groups are cut the same way in
+both, and the CPU optimizer is the same, so losses, final weights and the optimizer state
+read back from the swap files must be equal, not close. Cases cover stages 1-3, bf16,
+accumulation, many sub-groups with read-ahead and write-behind, too few buffers to pipeline,
+and NVMe optimizer state beside CPU-offloaded parameters at stage 3.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from multirank import run_ranks
+from swap_helpers import direct_directory
+from test_offload_parity import STEPS, VOCAB, SEQ, TiedLoRA, ds_config
+
+NVME_CASES: dict[str, dict[str, Any]] = {
+    "stage1-fp32": {"stage": 1},
+    "stage2-bf16-accum": {"stage": 2, "bf16": True, "accum": 2},
+    "stage2-subgroups-pipelined": {"stage": 2, "sub_group_size": 300, "buffers": 9, "pipeline": True},
+    "stage2-subgroups-serial": {"stage": 2, "sub_group_size": 300, "buffers": 3, "pipeline": False},
+    "stage3-fp32-subgroups": {"stage": 3, "sub_group_size": 300, "buffers": 6, "pipeline": True},
+    "stage3-params-on-cpu-bf16": {"stage": 3, "bf16": True, "params": True},
+}
+
+
+def _config(case: dict[str, Any], device: str, nvme_path: str) -> dict[str, Any]:
+    block: dict[str, Any] = {"device": device}
+    if device == "nvme":
+        block.update(nvme_path=nvme_path, buffer_count=case.get("buffers", 4),
+                     pipeline_read=case.get("pipeline", False), pipeline_write=case.get("pipeline", False))
+    offload: dict[str, Any] = {"offload_optimizer": block}
+    if case.get("params"):
+        offload["offload_param"] = {"device": "cpu"}
+    return ds_config({**case, "offload": offload}, offload=True)
+
+
+def _train(rank: int, world_size: int, case: dict[str, Any], device: str, nvme_path: str) -> dict[str, Any]:
+    import zero_core
+
+    torch.manual_seed(7)
+    engine, _, _, _ = zero_core.initialize(model=TiedLoRA(), config=_config(case, device, nvme_path))
+    data = torch.randint(0, VOCAB, (STEPS, case.get("accum", 1), world_size, 2, SEQ),
+                         generator=torch.Generator().manual_seed(3))
+    losses = []
+    for step in data:
+        for micro in step:
+            loss = engine(micro[rank])
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+    state = {name: value.float() for name, value in engine.module_state_dict().items()}
+    files = sorted(str(p.relative_to(nvme_path)) for p in Path(nvme_path).rglob("*.swp"))
+    engine.destroy()
+    runs = {Path(nvme_path) / file.split("/")[0] for file in files}
+    left = [str(p) for run in runs for p in (run / f"rank{rank}", run / f"rank{rank}.lock") if p.exists()]
+    return {"losses": losses, "state": state, "files": files, "left": left}
+
+
+def _all(rank: int, world_size: int, root: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, case in NVME_CASES.items():
+        path = str(Path(root) / name)
+        out[name] = {"cpu": _train(rank, world_size, case, "cpu", path),
+                     "nvme": _train(rank, world_size, case, "nvme", path)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    for root in direct_directory(tmp_path_factory.mktemp("nvme")):
+        yield run_ranks(_all, 2, str(root), timeout=300)
+
+
+@pytest.mark.parametrize("name", NVME_CASES)
+def test_nvme_equals_cpu_offload_bit_for_bit(results: Any, name: str) -> None:
+    for rank_results in results:
+        cpu, nvme = rank_results[name]["cpu"], rank_results[name]["nvme"]
+        assert nvme["losses"] == cpu["losses"]
+        for key, value in cpu["state"].items():
+            assert torch.equal(nvme["state"][key], value), key
+
+
+@pytest.mark.parametrize("name", NVME_CASES)
+def test_swap_files_name_rank_and_kind_and_are_removed_at_destroy(results: Any, name: str) -> None:
+    for rank, rank_results in enumerate(results):
+        nvme = rank_results[name]["nvme"]
+        assert nvme["files"], "no swap files were written"
+        for file in nvme["files"]:
+            run, owner, kind, _ = file.split("/")
+            assert run.startswith("zero-run-") and owner in ("rank0", "rank1") and kind in ("optim.master", "optim.state")
+        assert any(f.split("/")[1] == f"rank{rank}" for f in nvme["files"])
+        assert {f.split("/")[0] for f in nvme["files"]} == {results[0][name]["nvme"]["files"][0].split("/")[0]}
+        assert any(f.endswith(".exp_avg_sq.swp") for f in nvme["files"])
+        assert nvme["left"] == []
