@@ -25,19 +25,29 @@ NVME_CASES: dict[str, dict[str, Any]] = {
     "stage2-subgroups-pipelined": {"stage": 2, "sub_group_size": 300, "buffers": 9, "pipeline": True},
     "stage2-subgroups-serial": {"stage": 2, "sub_group_size": 300, "buffers": 3, "pipeline": False},
     "stage3-fp32-subgroups": {"stage": 3, "sub_group_size": 300, "buffers": 6, "pipeline": True},
-    "stage3-params-on-cpu-bf16": {"stage": 3, "bf16": True, "params": True},
+    "stage3-params-on-cpu-bf16": {"stage": 3, "bf16": True, "params": "cpu"},
+    "stage3-both-on-nvme-fp32": {"stage": 3, "params": "nvme", "max_in_cpu": 0, "buffers": 9, "pipeline": True,
+                                 "prefetch": 1200},
+    "stage3-both-on-nvme-bf16-split": {"stage": 3, "bf16": True, "params": "nvme", "max_in_cpu": 1500, "accum": 2},
 }
 
 
 def _config(case: dict[str, Any], device: str, nvme_path: str) -> dict[str, Any]:
+    """`device` is where the optimizer state goes, and the parameters when the case offloads them to nvme."""
     block: dict[str, Any] = {"device": device}
     if device == "nvme":
         block.update(nvme_path=nvme_path, buffer_count=case.get("buffers", 4),
                      pipeline_read=case.get("pipeline", False), pipeline_write=case.get("pipeline", False))
     offload: dict[str, Any] = {"offload_optimizer": block}
-    if case.get("params"):
+    if case.get("params") == "cpu" or (case.get("params") == "nvme" and device == "cpu"):
         offload["offload_param"] = {"device": "cpu"}
-    return ds_config({**case, "offload": offload}, offload=True)
+    elif case.get("params") == "nvme":
+        offload["offload_param"] = {"device": "nvme", "nvme_path": nvme_path, "buffer_count": 3,
+                                    "buffer_size": 4096, "max_in_cpu": case["max_in_cpu"]}
+    config = ds_config({**case, "offload": offload}, offload=True)
+    if "prefetch" in case:  # a window smaller than the model: later partitions are read ahead, not gathered
+        config["zero_optimization"]["stage3_prefetch_bucket_size"] = case["prefetch"]
+    return config
 
 
 def _train(rank: int, world_size: int, case: dict[str, Any], device: str, nvme_path: str) -> dict[str, Any]:
@@ -93,7 +103,10 @@ def test_swap_files_name_rank_and_kind_and_are_removed_at_destroy(results: Any, 
         assert nvme["files"], "no swap files were written"
         for file in nvme["files"]:
             run, owner, kind, _ = file.split("/")
-            assert run.startswith("zero-run-") and owner in ("rank0", "rank1") and kind in ("optim.master", "optim.state")
+            assert run.startswith("zero-run-") and owner in ("rank0", "rank1")
+            assert kind in ("optim.master", "optim.state", "param.partition")
+        kinds = {f.split("/")[2] for f in nvme["files"]}
+        assert ("param.partition" in kinds) == (NVME_CASES[name].get("params") == "nvme")
         assert any(f.split("/")[1] == f"rank{rank}" for f in nvme["files"])
         assert {f.split("/")[0] for f in nvme["files"]} == {results[0][name]["nvme"]["files"][0].split("/")[0]}
         assert any(f.endswith(".exp_avg_sq.swp") for f in nvme["files"])

@@ -67,7 +67,7 @@ def assemble_engine(
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
-    homes = StateHomes(device, ledger, offload.optimizer, offload.parameters, offload.swap)
+    homes = StateHomes(device, ledger, offload.optimizer, offload.parameters, offload.swap, offload.param_swap)
     order = {id(p): index for index, p in enumerate(model.parameters())}
     context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)

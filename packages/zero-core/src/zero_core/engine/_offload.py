@@ -39,6 +39,7 @@ class OffloadDevices:
     optimizer: OffloadDevice | None  # holds master, fp32 gradients and optimizer state
     parameters: OffloadDevice | None  # holds stage 3's 16-bit partitions
     swap: SwapSettings | None  # how the step swaps, when the optimizer's device keeps its state in swap space
+    param_swap: SwapSettings | None  # stage 3's partition buffers, when the parameters' device has swap space
 
 
 def open_offload_devices(
@@ -48,7 +49,7 @@ def open_offload_devices(
     zero = config.zero_optimization
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     optimizer = parameters = None
-    swap = None
+    swap = param_swap = None
     plans: list[tuple[OffloadDevice, OffloadPlan]] = []
     blocks = [b for b in (zero.offload_optimizer, zero.offload_param) if b is not None and b.device != "none"]
     run_id = _shared_run_id(comm, accelerator) if any(_keeps_files(b.device) for b in blocks) else ""
@@ -76,10 +77,22 @@ def open_offload_devices(
         parameters = open_offload_device(param_block.device, settings(param_block, "zero_optimization.offload_param"))
         threshold = zero.stage3_param_persistence_threshold
         partitioned = sum(p.numel() for p in model.parameters() if p.numel() > threshold)
-        nbytes = math.ceil(partitioned / comm.world_size) * COMPUTE_DTYPES[config.compute_dtype].itemsize
-        plans.append((parameters, OffloadPlan(nbytes, nbytes if param_block.pin_memory else 0)))
+        dtype = COMPUTE_DTYPES[config.compute_dtype]
+        elements = math.ceil(partitioned / comm.world_size)
+        if parameters.swap_space is None:
+            nbytes = elements * dtype.itemsize
+            plans.append((parameters, OffloadPlan(nbytes, nbytes if param_block.pin_memory else 0)))
+        else:
+            param_swap = SwapSettings(param_block.buffer_count, min(param_block.buffer_size, max(elements, 1)),
+                                      False, False, "zero_optimization.offload_param", dtype)
+            # The first max_in_cpu elements stay in host memory; the rest go to swap space.
+            in_memory = min(param_block.max_in_cpu, elements) * dtype.itemsize
+            pool = param_swap.buffer_count * _padded(param_swap.buffer_numel * dtype.itemsize)
+            disk = (elements * dtype.itemsize) - in_memory
+            host = in_memory + (pool if disk else 0)
+            plans.append((parameters, OffloadPlan(host, host if param_block.pin_memory else 0, disk_bytes=disk)))
     _check_capacity(plans)
-    return OffloadDevices(optimizer, parameters, swap)
+    return OffloadDevices(optimizer, parameters, swap, param_swap)
 
 
 def _keeps_files(name: str) -> bool:

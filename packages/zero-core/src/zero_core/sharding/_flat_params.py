@@ -52,5 +52,8 @@ class FlatParams:
     def is_offloaded(self, index: int) -> bool:
         return False
 
+    def commit(self, index: int) -> None:
+        """Nothing to save: the flat buffers are memory."""
+
     def replicated(self) -> list[int]:
         return list(range(len(self.layouts)))

@@ -17,10 +17,12 @@ from ._swap_pool import SwapPool, SwappedTensor, SwapSettings
 
 class StateHomes:
     def __init__(self, device: torch.device, ledger: MemoryLedger, optimizer: OffloadDevice | None,
-                 parameters: OffloadDevice | None, swap: SwapSettings | None = None) -> None:
+                 parameters: OffloadDevice | None, swap: SwapSettings | None = None,
+                 param_swap: SwapSettings | None = None) -> None:
         """`optimizer`: where master, fp32 gradients and optimizer state live, if offloaded;
         `parameters`: where stage 3's 16-bit partitions live, if offloaded; `swap`: how the step swaps
-        the master and optimizer state, when the optimizer's device keeps them in swap space."""
+        the master and optimizer state, when the optimizer's device keeps them in swap space;
+        `param_swap`: the buffers for stage 3's partitions, when the parameters' device has swap space."""
         self.device = device
         self.ledger = ledger
         self.optimizer = optimizer
@@ -31,6 +33,21 @@ class StateHomes:
             if swap is None:
                 raise ValueError("an optimizer offload device with swap space needs SwapSettings")
             self.swap_pool = SwapPool(space, swap)
+        self._param_swap = param_swap if parameters is not None and parameters.swap_space is not None else None
+        self._param_pool: SwapPool | None = None
+
+    @property
+    def parameters_swappable(self) -> bool:
+        """Whether stage 3's partitions can live in swap space (offload_param at an NVME device)."""
+        return self._param_swap is not None
+
+    def param_pool(self) -> SwapPool:
+        """The buffers partitions in swap space are read into, allocated when the first partition goes there."""
+        if self._param_pool is None:
+            if self._param_swap is None or self.parameters is None or self.parameters.swap_space is None:
+                raise RuntimeError("the parameters' offload device has no swap space")
+            self._param_pool = SwapPool(self.parameters.swap_space, self._param_swap)
+        return self._param_pool
 
     @property
     def master_swapped(self) -> bool:

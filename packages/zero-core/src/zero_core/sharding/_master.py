@@ -89,6 +89,9 @@ class MasterParams:
             return
         for index, (master, (lo, hi)) in enumerate(zip(self.tensors, self.ranges)):
             homes.master_to_params(flat.owned(index, lo, hi), master, flat.is_offloaded(index))
+            if flat.is_offloaded(index):
+                homes.synchronize()  # the values must be in place before a partition in swap space is saved
+            flat.commit(index)
 
 
 class MasterGrads(Protocol):

@@ -18,6 +18,11 @@ class FlatStorage(Protocol):
         """Elements [lo, hi) of layout `index` that this rank steps, 1-D."""
         ...
 
+    def commit(self, index: int) -> None:
+        """Every owned element of layout `index` has been written through `owned` (a step's write-back):
+        storage that is not memory (a partition in swap space) saves them now."""
+        ...
+
     def is_offloaded(self, index: int) -> bool:
         """Whether layout `index`'s owned elements live at an offload device (stage 3's offloaded partitions)."""
         ...

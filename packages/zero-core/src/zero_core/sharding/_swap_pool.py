@@ -26,6 +26,7 @@ class SwapSettings:
     pipeline_read: bool
     pipeline_write: bool
     block_path: str = "zero_optimization.offload_optimizer"
+    dtype: torch.dtype = torch.float32  # of the swapped tensors (stage 3's partitions: the compute dtype)
 
 
 class SwapPool:
@@ -36,10 +37,10 @@ class SwapPool:
                               "(the master and two state tensors per sub-group), more to pipeline reads and writes")
         self.space = space
         self.settings = settings
-        itemsize = torch.float32.itemsize
+        itemsize = settings.dtype.itemsize
         alignment = space.slot_alignment
         stride = -(-settings.buffer_numel * itemsize // alignment) * alignment // itemsize
-        self._memory = space.staging_buffer(stride * settings.buffer_count, torch.float32)
+        self._memory = space.staging_buffer(stride * settings.buffer_count, settings.dtype)
         self._free = [self._memory[i * stride : i * stride + settings.buffer_numel]
                       for i in range(settings.buffer_count)]
 
@@ -65,16 +66,21 @@ class SwapPool:
 
 
 class SwappedTensor:
-    """A 1-D fp32 tensor in swap space, cut into slots of at most `sub_group_numel` elements (its sub-groups)."""
+    """A 1-D tensor (of the pool's dtype) in swap space, cut into slots of at most `sub_group_numel` elements
+    (the optimizer's sub-groups; one slot when `sub_group_numel` is None)."""
 
-    def __init__(self, name: str, numel: int, sub_group_numel: int, pool: SwapPool, category: str) -> None:
+    def __init__(self, name: str, numel: int, sub_group_numel: int | None, pool: SwapPool, category: str) -> None:
         self.name = name
         self.numel = numel
         self.pool = pool
+        dtype = pool.settings.dtype
+        if sub_group_numel is None:
+            self.offsets = [0]
+            self.slots = [pool.space.reserve(name, numel, dtype, category)]
+            return
         sizes = [min(sub_group_numel, numel - start) for start in range(0, numel, sub_group_numel)] or [0]
         self.offsets = [sum(sizes[:k]) for k in range(len(sizes))]
-        self.slots = [pool.space.reserve(f"{name}.sub{k}", size, torch.float32, category)
-                      for k, size in enumerate(sizes)]
+        self.slots = [pool.space.reserve(f"{name}.sub{k}", size, dtype, category) for k, size in enumerate(sizes)]
 
     def copy_(self, source: torch.Tensor) -> SwappedTensor:
         """Write `source` (1-D, `numel` elements, anywhere) into the slots through one pool buffer."""

@@ -206,6 +206,8 @@ class _SwappedStep:
         target = self.flat.owned(index, start, start + master.numel())
         self.homes.master_to_params(target, master, self.flat.is_offloaded(index))
         self.homes.synchronize()  # the buffer is written to swap space next
+        if sub_group.offset + master.numel() == self.master.tensors[index].numel:
+            self.flat.commit(index)  # the tensor's last sub-group: all of its parameters are updated
 
     def _finish_write(self) -> bool:
         if not self.writes:

@@ -25,6 +25,7 @@ from ..sharding import (
     ParamGroup,
     ShardedGroup,
     ShardedState,
+    SwapPool,
     SwappedMaster,
     SwappedTensor,
     broadcast_initial_weights,
@@ -62,6 +63,8 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
     coordinator = GatherCoordinator(HeldMemoryDetector(context.ledger), zero.stage3_prefetch_bucket_size,
                                     zero.stage3_max_live_parameters, zero.stage3_max_reuse_distance)
     coordinator.adopt(list({u: None for found in units.values() for u in found}))
+    if context.homes.parameters_swappable and zero.offload_param is not None:
+        coordinator.read_ahead_units = zero.offload_param.buffer_count
     hooks = ModuleHooks(model, units, coordinator, bool(zero.memory_efficient_linear))
     return ShardedState(groups, buckets, GatheringPasses(model, coordinator, hooks, context.rank))
 
@@ -76,6 +79,7 @@ def _build_units(
     group_masters: list[list[torch.Tensor | SwappedTensor]] = [[] for _ in range(groups)]
     unit_by_param: dict[int, ParamUnit] = {}
     seen: set[int] = set()
+    placement = _PartitionPlacement(context)
     for name, module in model.named_modules():
         own = [p for p in module._parameters.values() if p is not None and id(p) not in seen]
         seen.update(map(id, own))
@@ -101,7 +105,9 @@ def _build_units(
             elif key is not None and context.homes.master_is_copy(dtype):
                 layout = FlatLayout(params, comm.world_size)
                 master = fill_shard(context.homes.master(layout.shard_numel), layout, comm.rank)
-            unit = ParamUnit(label, params, comm, dtype, ledger, device, offload=context.homes.parameters)
+            unit = ParamUnit(label, params, comm, dtype, ledger, device, offload=context.homes.parameters,
+                             swap=placement.swap_for(params, label),
+                             swap_name=f"group{key}.{label}" if key is not None else label)
             unit.master = master
             unit_by_param.update((id(p), unit) for p in params)
             if key is not None:
@@ -116,6 +122,33 @@ def _build_units(
         if found:
             units[module] = list(found)
     return units, group_units, group_masters
+
+
+class _PartitionPlacement:
+    """Which partitions go to swap space with `offload_param.device: nvme`: the first `max_in_cpu` elements
+    (of this rank's partitions, in module order) stay in host memory, as in DeepSpeed; every later one goes."""
+
+    def __init__(self, context: BuildContext) -> None:
+        self.context = context
+        block = context.config.zero_optimization.offload_param
+        self.max_in_cpu = block.max_in_cpu if block is not None and context.homes.parameters_swappable else None
+        self.in_cpu = 0
+        self.swapping = False
+
+    def swap_for(self, params: list[torch.nn.Parameter], label: str) -> SwapPool | None:
+        if self.max_in_cpu is None:
+            return None
+        numel = FlatLayout(params, self.context.world_size).shard_numel
+        if not self.swapping and self.in_cpu + numel <= self.max_in_cpu:
+            self.in_cpu += numel
+            return None
+        self.swapping = True
+        pool = self.context.homes.param_pool()
+        if numel > pool.settings.buffer_numel:
+            raise ConfigError(f"{pool.settings.block_path}.buffer_size",
+                              f"is {pool.settings.buffer_numel} elements, below the {numel} of {label}'s partition, "
+                              f"which is read into one buffer; raise it to at least {numel}")
+        return pool
 
 
 def _make_whole(param: torch.nn.Parameter, context: BuildContext, trainable: bool) -> None:

@@ -63,6 +63,7 @@ class GatherCoordinator:
         self._pass: PassKind | None = None
         self._following = False
         self._soon: list[ParamUnit] = []  # releases put off by release_soon
+        self.read_ahead_units = 0  # units past the gathering window whose swapped partitions are read ahead
 
     def adopt(self, units: list[ParamUnit]) -> None:
         for unit in units:
@@ -98,6 +99,8 @@ class GatherCoordinator:
         for unit in list(self._gathered):
             unit.users = 0
             self._free(unit)
+        for unit in self._trace:
+            unit.cancel_read()  # reads ahead for a pass that ended early hold buffers the step needs
         self.held.settle()
 
     # --- uses ---
@@ -166,15 +169,23 @@ class GatherCoordinator:
 
     def _prefetch(self, start: int) -> None:
         ahead = sum(unit.numel for unit in self._ahead)
-        for unit in self._trace[start:]:
+        upcoming = self._trace[start:]
+        for index, unit in enumerate(upcoming):
             if unit.gathered:
                 continue
             if ahead + unit.numel > self.prefetch_numel or self.live_numel + unit.numel > self.max_live_numel:
+                self._read_ahead(upcoming[index:])
                 return
             self._gather(unit)
             self._ahead[unit] = None
             self.prefetched += 1
             ahead += unit.numel
+
+    def _read_ahead(self, upcoming: list[ParamUnit]) -> None:
+        """Beyond the gathering window, start reading partitions in swap space while buffers are free."""
+        for unit in upcoming[: self.read_ahead_units]:
+            if not unit.read_ahead():
+                return
 
     def _make_room(self, unit: ParamUnit) -> None:
         for idle in (self._kept, self._ahead):

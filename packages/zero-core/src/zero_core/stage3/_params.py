@@ -30,7 +30,14 @@ class Stage3Params:
             return self.persistent.owned(index, lo, hi)
         unit = self.units[index - count]
         start, _ = unit.layout.shard_range(unit.comm.rank)
-        return unit.shard[lo - start : hi - start]
+        shard = unit.swapped.open_for_update() if unit.swapped is not None else unit.shard
+        return shard[lo - start : hi - start]
+
+    def commit(self, index: int) -> None:
+        """The step has written all of layout `index`'s owned elements: a partition in swap space goes to its file."""
+        count = len(self.persistent_layouts)
+        if index >= count and (swapped := self.units[index - count].swapped) is not None:
+            swapped.commit()
 
     def is_offloaded(self, index: int) -> bool:
         count = len(self.persistent_layouts)

@@ -18,7 +18,8 @@ import torch
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
 from ..offload import OffloadDevice
-from ..sharding import FlatLayout, SwappedTensor, copy_owned
+from ..sharding import FlatLayout, SwapPool, SwappedTensor, copy_owned
+from ._unit_swap import SwappedShard
 
 
 class UnitState(enum.Enum):
@@ -37,11 +38,15 @@ class ParamUnit:
         ledger: MemoryLedger,
         device: torch.device,
         offload: OffloadDevice | None = None,
+        swap: SwapPool | None = None,
+        swap_name: str = "",
     ) -> None:
         """`params` must hold their full values now; they are read into this rank's shard, then emptied.
 
         With `offload` (ds_config `offload_param`) the shard lives at the offload device between uses,
-        and each gather copies it to the device first.
+        and each gather copies it to the device first; with `swap` as well, it lives in the device's
+        swap space (a file named `swap_name`, unique per rank; `shard` is then empty) and is read through
+        the pool's buffers.
         """
         self.name = name
         self.layout = FlatLayout(params, comm.world_size)
@@ -58,8 +63,12 @@ class ParamUnit:
         self._device = device
         self._offload = offload
         self._empty = torch.empty(0, dtype=dtype, device=device)
+        self.swapped: SwappedShard | None = None
         if offload is None:
             self.shard = ledger.new("param.partition", lambda: shard_of(self.layout, comm.rank, dtype, device))
+        elif swap is not None:
+            self.swapped = SwappedShard(swap_name or name, shard_of(self.layout, comm.rank, dtype, torch.device("cpu")), swap)
+            self.shard = torch.empty(0, dtype=dtype)
         else:
             self.shard = offload.allocate(self.layout.shard_numel, dtype, "param.partition", pin=True)
             fill_shard(self.shard, self.layout, comm.rank)
@@ -94,8 +103,13 @@ class ParamUnit:
             # This rank's part goes straight into its place in the buffer: the all-gather then runs in place.
             lo, hi = self.layout.shard_range(self.comm.rank)
             own = self.buffer[lo:hi]
-            self._offload.to_device(own, self.shard)
-            self._offload.synchronize()
+            if self.swapped is not None:
+                self._offload.to_device(own, self.swapped.take())
+                self._offload.synchronize()
+                self.swapped.give_back()
+            else:
+                self._offload.to_device(own, self.shard)
+                self._offload.synchronize()
         self._work = self.comm.all_gather(self.buffer, own, async_op=True)
         self.state = UnitState.GATHERING
 
@@ -130,13 +144,24 @@ class ParamUnit:
     def store(self, source: torch.Tensor) -> None:
         """Take this rank's shard of `source` (the whole padded flat buffer) as the new partition."""
         lo, hi = self.layout.shard_range(self.comm.rank)
-        if self._offload is not None:
-            self._offload.to_host(self.shard, source[lo:hi], accumulate=False)
+        part = source[lo:hi]
+        if self.swapped is not None:
+            self.swapped.write(part.to("cpu"))
+        elif self._offload is not None:
+            self._offload.to_host(self.shard, part, accumulate=False)
             self._offload.synchronize()
         else:
-            self.shard.copy_(source[lo:hi])
+            self.shard.copy_(part)
         if self.master is not None:
-            self.master.copy_(self.shard)
+            self.master.copy_(part.float())
+
+    def read_ahead(self) -> bool:
+        """Start reading a partition in swap space ahead of its gather; False when no buffer is free."""
+        return self.swapped.read_ahead() if self.swapped is not None and not self.gathered else True
+
+    def cancel_read(self) -> None:
+        if self.swapped is not None:
+            self.swapped.cancel_read()
 
     def __repr__(self) -> str:
         return f"ParamUnit({self.name}, {self.layout.numel} elements)"

@@ -28,10 +28,6 @@ class NvmeOffloadDevice(CpuOffloadDevice):
 
     def __init__(self, settings: OffloadSettings) -> None:
         super().__init__(settings)
-        if settings.block_path.endswith("offload_param"):
-            raise ConfigError(f"{settings.block_path}.device",
-                              "nvme is not available for parameters in this version; use cpu for offload_param "
-                              "(offload_optimizer accepts nvme)")
         root = settings.block.nvme_path
         if root is None:
             raise ConfigError(f"{settings.block_path}.nvme_path",
@@ -48,7 +44,7 @@ class NvmeOffloadDevice(CpuOffloadDevice):
         buffered = buffered_from_env()
         if not buffered:
             check_direct_io(str(root))
-        self._directory = SwapDirectory(root, settings.run_id, settings.rank)
+        self._directory = SwapDirectory.open(root, settings.run_id, settings.rank)
         self._space = NvmeSwapSpace(self._directory, get_swap_backend(settings.aio, buffered=buffered),
                                     settings.ledger, settings.pin_memory)
 

@@ -26,6 +26,20 @@ RUN_PREFIX = "zero-run-"
 
 
 class SwapDirectory:
+    """This rank's directory of one run. `SwapDirectory.open` shares one per (path, run, rank) in a process:
+    the `offload_optimizer` and `offload_param` devices both swap there, under one lock."""
+
+    _open: dict[tuple[Path, str, int], SwapDirectory] = {}
+
+    @classmethod
+    def open(cls, root: Path, run_id: str, rank: int) -> SwapDirectory:
+        key = (root.resolve(), run_id, rank)
+        directory = cls._open.get(key)
+        if directory is None or directory.removed:
+            directory = cls._open[key] = cls(root, run_id, rank)
+        directory._users += 1
+        return directory
+
     def __init__(self, root: Path, run_id: str, rank: int) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
@@ -36,11 +50,15 @@ class SwapDirectory:
         lock_fd = _take_lock(lock_path)
         self.path = self.run / f"rank{rank}"
         self.path.mkdir(exist_ok=True)
+        self._users = 0
         self._finalizer = weakref.finalize(self, _remove, self.path, lock_path, lock_fd, self.run)
 
-    def remove(self) -> None:
-        """Delete this rank's files and lock (and the run's directory once no rank is left in it)."""
-        self._finalizer()
+    def close(self) -> None:
+        """One user is done; the last one deletes this rank's files and lock (and the run's directory once
+        no rank is left in it)."""
+        self._users -= 1
+        if self._users <= 0:
+            self._finalizer()
 
     @property
     def removed(self) -> bool:

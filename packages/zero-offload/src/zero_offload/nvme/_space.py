@@ -63,7 +63,7 @@ class NvmeSwapSpace(SwapSpace):
     def close(self) -> None:
         """Remove the files (after the backend has finished what it was given) and uncount them."""
         self.backend.close()
-        self.directory.remove()
+        self.directory.close()
         for slot in self._slots.values():
             self._ledger.release_extent(slot)
 

@@ -35,16 +35,19 @@ def aligned_empty(numel: int, dtype: torch.dtype = torch.uint8, *, pin: bool = T
     whole number of ALIGNMENT blocks (so a read or write of it needs no bounce buffer but the tail's).
 
     With `pin`, the memory comes from the selected pin backend (DS_PIN_MEMORY_BACKEND): the
-    native backend's blocks are page-aligned and locked. The torch backend pins nothing
-    without an accelerator; its memory, like any backend's that is not aligned, is over-allocated
-    by ALIGNMENT bytes and sliced at the first aligned address, so it stays pinned where it was.
+    native backend's blocks are page-aligned and locked, and take exactly the padded bytes. The
+    torch backend pins nothing without an accelerator; its memory, like any that is not pinned
+    and page-aligned, is over-allocated by ALIGNMENT bytes and sliced at the first aligned
+    address (so it stays pinned where it was pinned): it takes the padded bytes plus ALIGNMENT.
     """
     if numel < 0:
         raise SwapError(f"aligned_empty: numel must be >= 0 (got {numel})")
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = padded_nbytes(numel * itemsize) or ALIGNMENT
-    raw = _allocate(nbytes, pin)
-    if not is_aligned(raw):
+    raw = _allocate(nbytes, pin) if pin else None
+    if raw is None or not (zero_pin.is_pinned(raw) and is_aligned(raw)):
+        # Memory that is not the pin backend's page-aligned blocks: over-allocate and slice, always (not
+        # only when unaligned by chance), so the bytes it takes are the same every time.
         raw = _allocate(nbytes + ALIGNMENT, pin)
         start = -raw.data_ptr() % ALIGNMENT
         raw = raw[start:start + nbytes]

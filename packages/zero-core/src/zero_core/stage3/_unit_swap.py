@@ -1,0 +1,92 @@
+"""A unit's partition in swap space (`offload_param.device: nvme`): read ahead into a buffer, written after updates.
+
+Between uses the partition is only a file. Gathering reads it into one of the
+`offload_param.buffer_count` buffers (or takes the read the prefetcher started earlier),
+copies it into this rank's place in the gathered buffer on the device, and gives the
+buffer back. The optimizer step writes the updated partition into a buffer opened for the
+unit (`open_for_update`) and `commit` writes it to the file once the last sub-group is in.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..offload import SwapTransfer
+from ..sharding import SwapPool, SwappedTensor
+
+
+class SwappedShard:
+    def __init__(self, name: str, values: torch.Tensor, pool: SwapPool) -> None:
+        self.pool = pool
+        self.tensor = SwappedTensor(name, values.numel(), None, pool, "param.partition").copy_(values)
+        self.slot = self.tensor.slots[0]
+        self._reading: tuple[torch.Tensor, SwapTransfer] | None = None
+        self._open: torch.Tensor | None = None
+        self._taken: torch.Tensor | None = None
+
+    @property
+    def reading(self) -> bool:
+        return self._reading is not None
+
+    def read_ahead(self) -> bool:
+        """Start reading into a free buffer; False when none is free (the caller stops reading ahead)."""
+        if self._reading is not None or self._open is not None:
+            return True
+        if self.pool.free == 0:
+            return False
+        (buffer,) = self.pool.acquire(1, lambda: False)
+        self._reading = (buffer, self.pool.space.read(self.slot, buffer[: self.slot.numel]))
+        return True
+
+    def take(self) -> torch.Tensor:
+        """The partition's values in a buffer (read now unless read ahead); hand it back with `give_back`."""
+        if self._reading is None:
+            (buffer,) = self.pool.acquire(1, lambda: False)
+            self._reading = (buffer, self.pool.space.read(self.slot, buffer[: self.slot.numel]))
+        buffer, transfer = self._reading
+        self._reading = None
+        try:
+            transfer.wait()
+        except BaseException:
+            self.pool.release([buffer])
+            raise
+        self._taken = buffer
+        return buffer[: self.slot.numel]
+
+    def give_back(self) -> None:
+        """End of the use `take` began: the buffer goes back to the pool."""
+        if self._taken is not None:
+            buffer, self._taken = self._taken, None
+            self.pool.release([buffer])
+
+    def cancel_read(self) -> None:
+        """Drop a read started ahead that will not be used now (the pass ended): its buffer is needed elsewhere."""
+        if self._reading is not None:
+            buffer, transfer = self._reading
+            self._reading = None
+            try:
+                transfer.wait()
+            finally:
+                self.pool.release([buffer])
+
+    def open_for_update(self) -> torch.Tensor:
+        """A buffer the step writes the whole updated partition into (nothing is read: every element is rewritten)."""
+        if self._open is None:
+            self.cancel_read()
+            (self._open,) = self.pool.acquire(1, lambda: False)
+        return self._open[: self.slot.numel]
+
+    def write(self, values: torch.Tensor) -> None:
+        """Replace the partition with `values` (anywhere in memory)."""
+        self.cancel_read()
+        self.tensor.copy_(values)
+
+    def commit(self) -> None:
+        """Write the buffer opened for the step to the file, and give the buffer back."""
+        if self._open is None:
+            return
+        buffer, self._open = self._open, None
+        try:
+            self.pool.space.write(self.slot, buffer[: self.slot.numel]).wait()
+        finally:
+            self.pool.release([buffer])
+
