@@ -28,7 +28,8 @@ def zero_register_accelerators(register: Callable[[str, type[Accelerator]], None
 def zero_register_commands(cli: CommandTable) -> None:
     cli.add_command(
         "report",
-        help="environment report, like ds_report: python, torch, accelerators, pin backends, build tools, plugins",
+        help="environment report, like ds_report: python, torch, accelerators, pin backends, build tools, "
+             "plugins' sections (swap backends), plugins",
         run=_run_report,
     )
 
