@@ -93,14 +93,26 @@ def test_cpu_offload_moves_master_state_and_fp32_grads_to_the_host_and_pins_only
 
 
 def test_param_offload_and_nvme_put_partitions_on_their_devices():
-    zero = ZeroSettings(stage=3, offload_optimizer="nvme", offload_param="nvme")
+    def blocks(nbytes: int) -> int:  # swap files and buffers take whole 4 KiB blocks (O_DIRECT)
+        return -(-nbytes // 4096) * 4096
+
+    shard = P // N  # one sub-group (sub_group_size 1e9) and one unit: bare counts
+    zero = ZeroSettings(stage=3, offload_optimizer="nvme", offload_param="nvme", param_max_in_cpu=shard - 1)
     result = estimate(MODEL, FOUR_GPUS, Training(), zero)
     nvme = result.by_category("nvme", "init")
-    states = N * (8 * P // N + 4)  # Adam's m and v, and a step count for the one master tensor
-    assert nvme == {"param.partition": N * 2 * P // N, "optim.master": N * 4 * P // N, "optim.state": states}
+    # Adam's m and v are a file each; the step count stays in host memory
+    assert nvme == {"param.partition": N * blocks(2 * shard), "optim.master": N * blocks(4 * shard),
+                    "optim.state": N * 2 * blocks(4 * shard)}
+    assert result.by_category("host", "init", per_rank=True)["optim.state"] == 4
     swap = result.by_category("host.pinned", "init")["swap.buffer"]
-    assert swap == N * (5 * 100_000_000 * 2 + 4 * 4 * P // N)  # param buffers + optimizer sub-group buffers
+    assert swap == N * (5 * blocks(2 * shard) + 4 * blocks(4 * shard))  # param buffers + optimizer sub-group buffers
     assert "param.partition" not in result.by_category("gpu", "init")
+    # within max_in_cpu (the default 1e9), the partition stays in host memory and no param buffers are made
+    kept = estimate(MODEL, FOUR_GPUS, Training(), ZeroSettings(stage=3, offload_optimizer="nvme", offload_param="nvme"))
+    assert "param.partition" not in kept.by_category("nvme", "init")
+    pinned = kept.by_category("host.pinned", "init", per_rank=True)
+    # both pinned in whole pages, here 4 KiB as the blocks
+    assert pinned["param.partition"] == blocks(2 * shard) and pinned["swap.buffer"] == 4 * blocks(4 * shard)
 
 
 def test_fp32_training_has_no_master_copy_and_four_byte_params():
@@ -188,7 +200,6 @@ def test_learned_positions_bound_the_sequence_length():
     [
         (lambda: ZeroSettings(stage=4), "stage: must be 0, 1, 2 or 3 (got 4)"),
         (lambda: ZeroSettings(stage=0, offload_optimizer="cpu"), "offload_optimizer: offloading the optimizer needs"),
-        (lambda: ZeroSettings(stage=2, offload_optimizer="nvme"), "offload_optimizer: NVMe offload of the optimizer"),
         (lambda: ZeroSettings(stage=2, offload_param="cpu"), "offload_param: offloading params needs ZeRO stage 3"),
         (lambda: ZeroSettings(stage=3, offload_param="disk"), "offload_param: unknown value 'disk'"),
         (lambda: Training(precision="fp8"), "precision: unknown value 'fp8'; choose from: fp32, bf16, fp16"),

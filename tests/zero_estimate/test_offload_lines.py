@@ -161,14 +161,6 @@ def test_other_optimizers_state_on_the_host(optimizer, per_element, per_tensor):
     assert "optim.state" not in _host(_estimate(2, training=Training(optimizer="sgd")), "host")
 
 
-def test_nvme_keeps_the_engines_shards_and_its_swap_buffers_are_pinned_host_memory():
-    result = _estimate(3, offload_optimizer="nvme", offload_param="nvme", param_buffer_size=1000)
-    nvme = result.by_category("nvme", "step", per_rank=True)
-    assert nvme == {"param.partition": 2 * sum(STAGE_3_UNITS), "optim.master": 4 * 2064, "optim.state": 8 * 2064 + 12}
-    pinned = _host(result, "host.pinned")
-    assert pinned["swap.buffer"] == 5 * 1000 * 2 + 4 * 4 * 2064
-
-
 def test_json_lines_carry_location_and_pinned_flag(capsys):
     code, out, _ = run_main(capsys, "estimate", "--preset", "gpt2-xl", "--gpus", "2", "--stage", "2",
                             "--offload-optimizer", "cpu", "--json")

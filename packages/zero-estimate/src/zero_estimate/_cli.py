@@ -65,7 +65,7 @@ def run_estimate(args: argparse.Namespace) -> CommandResult:
 
 
 def _stages(args: argparse.Namespace) -> list[int]:
-    if args.offload_param != "none" or args.offload_optimizer == "nvme":
+    if args.offload_param != "none":
         allowed = [3]
     elif args.offload_optimizer != "none":
         allowed = [1, 2, 3]

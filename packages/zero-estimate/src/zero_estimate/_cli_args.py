@@ -50,7 +50,13 @@ _ZERO_COUNTS = {
     "--max-live-parameters": "stage3_max_live_parameters",
     "--param-persistence-threshold": "stage3_param_persistence_threshold",
     "--sub-group-size": "sub_group_size",
+    "--optimizer-buffer-count": "optimizer_buffer_count",
+    "--param-buffer-count": "param_buffer_count",
+    "--param-buffer-size": "param_buffer_size",
+    "--max-in-cpu": "param_max_in_cpu",
 }
+# What each count counts, for --help, where it is not elements.
+_COUNT_UNITS = {"optimizer_buffer_count": "NVMe swap buffers", "param_buffer_count": "NVMe swap buffers"}
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +96,8 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
         zero.add_argument("--offload-optimizer", metavar="DEVICE", default="none", help=devices)
         zero.add_argument("--offload-param", metavar="DEVICE", default="none", help="none | cpu | nvme; stage 3 only")
     for flag, field in _ZERO_COUNTS.items():
-        zero.add_argument(flag, metavar="N", help=f"elements (default {getattr(ZeroSettings, field):,})")
+        unit = _COUNT_UNITS.get(field, "elements")
+        zero.add_argument(flag, metavar="N", help=f"{unit} (default {getattr(ZeroSettings, field):,})")
     zero.add_argument("--overlap-comm", action=argparse.BooleanOptionalAction, help="default: on for stage 3 only")
     zero.add_argument(
         "--no-memory-efficient-linear", action="store_true", help="stage 3: autograd keeps every gathered weight"

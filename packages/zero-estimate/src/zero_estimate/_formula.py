@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 _ADD, _MUL, _ATOM = 1, 2, 3
+# For a Q built from a sum written out: a product wraps it in parentheses.
+SUM_PRECEDENCE = _ADD
 
 
 class Q:

@@ -15,25 +15,43 @@ A module list (a live nn.Module, a Hugging Face config) gives the layout exactly
 give it only in one case, a single bucket at stages 1-2; otherwise `Shards.exact` is False and
 the shards are taken as one buffer of ceil(X/N) elements, a lower bound: each further buffer
 adds under N elements of padding, a page at most when pinned, and a step count.
+
+With NVMe (zero-offload's `nvme` device) the same shards go to swap files: each master shard cut
+into sub-groups of at most `buffer_numel` elements, a file per sub-group and per state tensor;
+each 16-bit unit shard past `max_in_cpu` one file. Files and the buffers they are read into are
+laid out in whole 4 KiB blocks (O_DIRECT), so each counts `blocks(bytes)`.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ._formula import Q
+from ._formula import SUM_PRECEDENCE, Q
 from ._settings import ZeroSettings
 from ._spec import ModelSpec
 
 # How many distinct shard sizes --explain writes out before it abbreviates.
 _SHOWN_SIZES = 4
+# zero-offload's swap alignment (swap._buffers.ALIGNMENT): O_DIRECT moves whole blocks, so every swap
+# file and every swap buffer takes a multiple of it, whatever the host's page size.
+SWAP_BLOCK = 4096
 
 
 def pages(nbytes: int, page: int) -> int:
     """Bytes that pinning `nbytes` locks: whole pages, at least one (mlock locks pages)."""
     return max(page, -(-nbytes // page) * page)
+
+
+def blocks(nbytes: int) -> int:
+    """Bytes that `nbytes` take in a swap file or a swap buffer: whole O_DIRECT blocks (none for 0 bytes)."""
+    return -(-nbytes // SWAP_BLOCK) * SWAP_BLOCK
+
+
+def blocks_q(q: Q) -> Q:
+    """`blocks()` of a quantity, keeping its formula."""
+    return Q(blocks(q.value), f"blocks({q.symbols})", f"blocks({q.numbers})")
 
 
 def shard_numel(numel: int, world_size: int) -> int:
@@ -83,15 +101,35 @@ class Shards:
 
     def paged(self, per_element: int, page: int, each: str) -> Q:
         """Bytes of the shards as pinned buffers of `per_element` bytes an element, each rounded up to pages."""
-        value = sum(n * pages(per_element * size, page) for size, n in self.sizes)
+        return self._rounded(per_element, "pages", lambda nbytes: pages(nbytes, page), each)
+
+    def blocked(self, per_element: int, each: str) -> Q:
+        """Bytes of the shards as swap files of `per_element` bytes an element, each in whole blocks."""
+        return self._rounded(per_element, "blocks", blocks, each)
+
+    def cut(self, max_numel: int, symbol: str) -> Shards:
+        """Each shard cut into consecutive pieces of at most `max_numel` elements (the engine's sub-groups)."""
+        if all(size <= max_numel for size, _ in self.sizes):
+            return self  # nothing to cut: keep the shards' own formula
+        counts: Counter[int] = Counter()
+        for size, n in self.sizes:
+            whole, rest = divmod(size, max_numel)
+            counts[max_numel] += whole * n
+            if rest:
+                counts[rest] += n
+        return Shards(tuple(sorted(counts.items(), reverse=True)), Q.var(symbol, self.total.value), self.exact)
+
+    def _rounded(self, per_element: int, name: str, rounding: Callable[[int], int], each: str) -> Q:
+        value = sum(n * rounding(per_element * size) for size, n in self.sizes)
         if self.count <= 1:
             symbols, numbers = self.total.symbols, self.total.numbers
-            return Q(value, f"pages({per_element} * {symbols})", f"pages({per_element} * {numbers})")
-        terms = [f"{n:,} x pages({per_element} * {size:,})" for size, n in self.sizes[:_SHOWN_SIZES]]
+            return Q(value, f"{name}({per_element} * {symbols})", f"{name}({per_element} * {numbers})")
+        terms = [f"{n:,} x {name}({per_element} * {size:,})" for size, n in self.sizes[:_SHOWN_SIZES]]
         if len(self.sizes) > _SHOWN_SIZES:
             rest = self.sizes[_SHOWN_SIZES:]
             terms.append(f"{sum(n for _, n in rest):,} more of {len(rest):,} other sizes")
-        return Q(value, f"sum pages({per_element} * {each})", " + ".join(terms))
+        # precedence of a sum: `2 * (...)` when the optimizer keeps two files per sub-group
+        return Q(value, f"sum {name}({per_element} * {each})", " + ".join(terms), SUM_PRECEDENCE)
 
 
 def optimizer_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, T: Q, N: Q) -> Shards:
@@ -125,6 +163,15 @@ def param_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, partition
     """
     if not spec.modules:
         return Shards.one(partitioned.per(N), exact=False)
+    return Shards.laid_out(unit_shards(spec, zero, world_size), "U")
+
+
+def unit_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int) -> list[int]:
+    """This rank's shard of each stage-3 unit, in the order the engine builds them (module order).
+
+    Within a module the trainable unit is taken first, then the frozen one (the engine takes the
+    group of the module's first large param first; a module mixing both is rare).
+    """
     threshold = zero.stage3_param_persistence_threshold
     units: list[int] = []
     for m in spec.instances():
@@ -132,4 +179,33 @@ def param_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, partition
             numels = [math.prod(shape) for shape in shapes if math.prod(shape) > threshold]
             if numels:
                 units.append(sum(numels))
-    return Shards.laid_out([shard_numel(n, world_size) for n in units], "U")
+    return [shard_numel(n, world_size) for n in units]
+
+
+def split_at_max_in_cpu(shards: list[int], max_in_cpu: int) -> tuple[list[int], list[int]]:
+    """(kept in host memory, in swap files): `offload_param.max_in_cpu` with NVMe.
+
+    The engine keeps unit shards in host memory, in build order, while their running sum stays
+    within max_in_cpu elements; from the first that would pass it on, every unit goes to a file
+    (a later, smaller one too, as in DeepSpeed: the split is one point in module order).
+    """
+    kept = 0
+    for index, numel in enumerate(shards):
+        if kept + numel > max_in_cpu:
+            return shards[:index], shards[index:]
+        kept += numel
+    return shards, []
+
+
+def param_shards_by_home(
+    spec: ModelSpec, zero: ZeroSettings, world_size: int, partitioned: Q, N: Q
+) -> tuple[Shards, Shards]:
+    """Stage 3's 16-bit param partitions with `offload_param.device: nvme`: (in host memory, in swap files)."""
+    if not spec.modules:
+        one = partitioned.per(N)
+        none = Shards.one(Q.const(0), exact=False)
+        if one.value <= zero.param_max_in_cpu:
+            return Shards.one(one, exact=False), none
+        return none, Shards.one(one, exact=False)
+    kept, swapped = split_at_max_in_cpu(unit_shards(spec, zero, world_size), zero.param_max_in_cpu)
+    return Shards.laid_out(kept, "Uc"), Shards.laid_out(swapped, "Un")

@@ -15,7 +15,7 @@ LADDER = (
     ("none", "none", (0, 1, 2, 3)),
     ("cpu", "none", (2, 3)),
     ("cpu", "cpu", (3,)),
-    ("nvme", "none", (3,)),
+    ("nvme", "none", (2, 3)),
     ("nvme", "cpu", (3,)),
     ("nvme", "nvme", (3,)),
 )

@@ -76,7 +76,11 @@ class Training:
 
 @dataclass(frozen=True)
 class ZeroSettings:
-    """A `zero_optimization` block: the stage, offload devices, buckets and stage-3 bounds."""
+    """A `zero_optimization` block: the stage, offload devices, buckets and stage-3 bounds.
+
+    The offload blocks' `pipeline_read`/`pipeline_write` are not here: they change when swaps
+    run, not what memory they take (the buffer_count buffers are allocated either way).
+    """
 
     stage: int = 0
     offload_optimizer: str = "none"
@@ -94,6 +98,7 @@ class ZeroSettings:
     optimizer_buffer_count: int = 4  # offload_optimizer.buffer_count (NVMe swap buffers)
     param_buffer_count: int = 5  # offload_param.buffer_count
     param_buffer_size: int = 100_000_000  # offload_param.buffer_size, in elements
+    param_max_in_cpu: int = 1_000_000_000  # offload_param.max_in_cpu: NVMe, elements kept in host memory
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
@@ -110,12 +115,11 @@ class ZeroSettings:
             "optimizer_buffer_count",
             "param_buffer_count",
             "param_buffer_size",
+            "param_max_in_cpu",
         ):
             _checks.count(getattr(self, name), name, minimum=0)
         if self.offload_optimizer != "none" and self.stage == 0:
             raise EstimateError("offloading the optimizer needs ZeRO stage 1, 2 or 3", "offload_optimizer")
-        if self.offload_optimizer == "nvme" and self.stage != 3:
-            raise EstimateError("NVMe offload of the optimizer needs ZeRO stage 3 (ZeRO-Infinity)", "offload_optimizer")
         if self.offload_param != "none" and self.stage != 3:
             raise EstimateError("offloading params needs ZeRO stage 3, where params are partitioned", "offload_param")
 

@@ -14,13 +14,17 @@ from __future__ import annotations
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
 from ._lines import ALWAYS, BACKWARD, BACKWARD_STEP, FORWARD_BACKWARD, INIT, STEP, Lines
-from ._partitions import Shards, optimizer_shards, param_shards
+from ._partitions import SWAP_BLOCK, Shards, blocks_q, optimizer_shards, pages, param_shards, param_shards_by_home
 from ._settings import Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
 
 # Bytes per trainable param of each optimizer's fp32 state (Adafactor's depends on shapes).
 STATE_BYTES = {"adamw": 8, "adam": 8, "sgd-momentum": 4, "sgd": 0}
 _STATE_NAMES = {"adamw": "Adam m and v", "adam": "Adam m and v", "sgd-momentum": "SGD momentum", "sgd": "SGD: none"}
+# With the optimizer on NVMe: each optimizer's param-sized fp32 state tensors (a swap file each per
+# sub-group), and whether it keeps a 4-byte step count per tensor (which stays in host memory).
+_SWAPPED_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "adafactor": 1}
+_STEP_COUNTS = {"adamw": True, "adam": True, "sgd-momentum": False, "sgd": False, "adafactor": True}
 
 
 class _Context:
@@ -79,11 +83,7 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
             what = f"{c.word} param partitions offloaded to the host, one buffer per module unit"
             lines.add("param.partition", where, what, q, ALWAYS)
         else:
-            what = f"{c.word} param partitions offloaded to NVMe"
-            lines.add("param.partition", "nvme", what, c.b * shards.total, ALWAYS)
-            buffers = Q.var("nb", c.zero.param_buffer_count) * Q.var("bs", c.zero.param_buffer_size)
-            what = "param swap buffers (offload_param.buffer_count x buffer_size)"
-            lines.add("swap.buffer", "host.pinned", what, buffers * c.b, ALWAYS)
+            _nvme_params(c, lines, Pn)
     if c.spec.largest_layer_params is None:
         c.notes.append("largest layer unknown (pass --largest-layer): the stage-3 working set assumes 0 + prefetch")
     L = Q.var("L", c.spec.largest_layer_params or 0)
@@ -140,11 +140,13 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
     """
     shards = optimizer_shards(c.spec, c.zero, c.world_size, c.T, c.N)
     _bound_note(c, shards, "offload_optimizer's buffers")
-    S, K = shards.total, Q.var("K", shards.count)
-    where = "nvme" if c.zero.offload_optimizer == "nvme" else "host"
-    lines.add("optim.master", where, "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
-    what, state = _offloaded_state(c, S, K)
-    lines.add("optim.state", where, what, state, ALWAYS)
+    if c.zero.offload_optimizer == "nvme":
+        _nvme_optimizer(c, lines, shards)
+    else:
+        S, K = shards.total, Q.var("K", shards.count)
+        lines.add("optim.master", "host", "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
+        what, state = _offloaded_state(c, S, K)
+        lines.add("optim.state", "host", what, state, ALWAYS)
     grads_where, grads = _on_host(c, shards, 4, "Si")
     if c.zero.stage == 1:
         # Stage 1 reduces whole 16-bit grads on the GPU; the step copies its slices into these buffers.
@@ -153,11 +155,79 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
     else:
         what = "fp32 grad partition, one buffer per shard, reduced grads added to it during backward"
         lines.add("grad.partition", grads_where, what, grads, ALWAYS)
-    if c.zero.offload_optimizer == "nvme":
-        sub_group = smallest(Q.var("SG", c.zero.sub_group_size), S)
-        buffers = Q.var("nb", c.zero.optimizer_buffer_count) * 4 * sub_group
-        what = "optimizer swap buffers (offload_optimizer.buffer_count x sub-group)"
-        lines.add("swap.buffer", "host.pinned", what, buffers, ALWAYS)
+
+
+def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
+    """zero-offload's `nvme` device: each master shard cut into sub-groups, and each sub-group's master and
+    state tensors a swap file of their own; the step reads them into `buffer_count` buffers one sub-group
+    at a time. The fp32 gradients stay in host memory (_offloaded_optimizer), as with `cpu`.
+    """
+    # One buffer holds a sub-group, or the whole partition when that is smaller (at least 1 element).
+    partition = c.T.per(c.N)
+    buffer_numel = smallest(Q.var("SG", c.zero.sub_group_size), partition) if partition.value else Q.const(1)
+    groups = shards.cut(buffer_numel.value, "G")
+    files = _SWAPPED_STATES[c.training.optimizer]
+    what = "fp32 master params in swap files, one per sub-group, in whole blocks"
+    lines.add("optim.master", "nvme", what, groups.blocked(4, "Gi"), ALWAYS)
+    what = f"{_swapped_state_name(c)} (fp32) in swap files, one per tensor and sub-group, in whole blocks"
+    lines.add("optim.state", "nvme", what, files * groups.blocked(4, "Gi"), ALWAYS)
+    if _STEP_COUNTS[c.training.optimizer]:
+        # A step count is not param-sized, so it is not swapped: the engine keeps it in (pageable) memory.
+        what = "4-byte step count per sub-group, kept in host memory"
+        lines.add("optim.state", "host", what, 4 * Q.var("KG", groups.count), ALWAYS)
+    pool = Q.var("nb", c.zero.optimizer_buffer_count) * blocks_q(4 * buffer_numel)
+    lines.add("swap.buffer", *_swap_buffers(c, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
+    if c.zero.optimizer_buffer_count < 1 + files:
+        c.notes.append(
+            f"offload_optimizer.buffer_count is {c.zero.optimizer_buffer_count}, but the step swaps {1 + files} "
+            f"tensors per sub-group (the fp32 master and {files} state tensor(s)): the engine refuses it at the "
+            f"first step; set it to at least {1 + files}"
+        )
+
+
+def _swapped_state_name(c: _Context) -> str:
+    name = c.training.optimizer
+    return "Adafactor second moment" if name == "adafactor" else _STATE_NAMES[name]
+
+
+def _nvme_params(c: _Context, lines: Lines, Pn: Q) -> None:
+    """`offload_param.device: nvme`: unit shards stay in host memory up to max_in_cpu elements (as with
+    `cpu`); the rest are a swap file each, read through `buffer_count` buffers when gathered."""
+    kept, swapped = param_shards_by_home(c.spec, c.zero, c.world_size, Pn, c.N)
+    _bound_note(c, swapped if swapped.count else kept, "offload_param's param partitions")
+    where, q = _on_host(c, kept, c.b.value, "Ui")
+    what = f"{c.word} param partitions kept in host memory (offload_param.max_in_cpu), one buffer per unit"
+    lines.add("param.partition", where, what, q, ALWAYS)
+    what = f"{c.word} param partitions past max_in_cpu in swap files, one per unit, in whole blocks"
+    lines.add("param.partition", "nvme", what, swapped.blocked(c.b.value, "Ui"), ALWAYS)
+    if not swapped.count:
+        return  # the engine makes the buffers when the first partition goes to a file
+    buffer_numel = smallest(Q.var("bs", c.zero.param_buffer_size), Pn.per(c.N))
+    pool = Q.var("nb", c.zero.param_buffer_count) * blocks_q(c.b * buffer_numel)
+    lines.add("swap.buffer", *_swap_buffers(c, pool, "param swap buffers (offload_param.buffer_count"), ALWAYS)
+    largest_file = max(size for size, _ in swapped.sizes)
+    if c.zero.param_buffer_count < 1 or buffer_numel.value < largest_file:
+        c.notes.append(
+            f"offload_param: each partition in a swap file is read into one buffer, so the engine refuses "
+            f"buffer_count {c.zero.param_buffer_count} or buffers of {buffer_numel.value:,} elements "
+            f"(buffer_size {c.zero.param_buffer_size:,}) below the largest such partition ({largest_file:,}); "
+            f"set buffer_count to 1 or more and buffer_size to at least {largest_file:,}"
+        )
+
+
+def _swap_buffers(c: _Context, pool: Q, what: str) -> tuple[str, str, Q]:
+    """(location, what, bytes) of one swap-buffer allocation of `pool` bytes (zero-offload's aligned_empty).
+
+    Pinned (pin_memory, with a backend that pins, as for every offloaded buffer here), it is the pin
+    backend's page-aligned block: exactly `pool` bytes, in whole pages. Otherwise it is pageable memory
+    over-allocated by one block, so that a block-aligned start can be cut from it.
+    """
+    if c.pinned:
+        locked = pages(pool.value, c.page)
+        if locked != pool.value:  # only where pages are larger than the 4 KiB blocks
+            pool = Q(locked, f"pages({pool.symbols})", f"pages({pool.numbers})")
+        return "host.pinned", f"{what} x buffer, one pinned allocation)", pool
+    return "host", f"{what} x buffer, one allocation, + a block to align its start)", pool + SWAP_BLOCK
 
 
 def _offloaded_state(c: _Context, S: Q, K: Q) -> tuple[str, Q]:
