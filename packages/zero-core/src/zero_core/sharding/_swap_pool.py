@@ -44,16 +44,20 @@ class SwapPool:
         self._free = [self._memory[i * stride : i * stride + settings.buffer_numel]
                       for i in range(settings.buffer_count)]
 
+    def check_count(self, count: int) -> None:
+        """A sub-group whose `count` tensors must be in buffers at once fits in the pool."""
+        if count > self.settings.buffer_count:
+            raise ConfigError(f"{self.settings.block_path}.buffer_count",
+                              f"is {self.settings.buffer_count}, but the optimizer's step swaps {count} tensors per "
+                              f"sub-group (the fp32 master and {count - 1} state tensor(s)): set it to at least {count}")
+
     @property
     def free(self) -> int:
         return len(self._free)
 
     def acquire(self, count: int, make_room: Callable[[], bool]) -> list[torch.Tensor]:
         """`count` free buffers; `make_room()` finishes an earlier transfer to free some (False: nothing to finish)."""
-        if count > self.settings.buffer_count:
-            raise ConfigError(f"{self.settings.block_path}.buffer_count",
-                              f"is {self.settings.buffer_count}, but the optimizer's step swaps {count} tensors per "
-                              f"sub-group (the fp32 master and {count - 1} state tensor(s)): set it to at least {count}")
+        self.check_count(count)
         while len(self._free) < count:
             if not make_room():
                 raise RuntimeError(f"swap pool: {count} buffers needed, {len(self._free)} free and no transfer to "

@@ -141,13 +141,14 @@ class _SwappedStep:
         self.reads: deque[_InFlight] = deque()
         self.writes: deque[_InFlight] = deque()
         self.pending = deque(master._sub_groups)
+        self.stepping: _InFlight | None = None  # read, not yet handed to self.writes
 
     def run(self) -> None:
         try:
             while self.pending or self.reads:
                 if not self.reads:
                     self._read_next()
-                current = self.reads.popleft()
+                current = self.stepping = self.reads.popleft()
                 wait_all(current.transfers)
                 if self.settings.pipeline_read:
                     self._read_ahead()
@@ -166,8 +167,10 @@ class _SwappedStep:
         sub_group = self.pending.popleft()
         buffers = self.pool.acquire(self._buffers_needed(sub_group), self._finish_write)
         slots = [sub_group.master, *sub_group.states.values()]
-        transfers = [self.pool.space.read(slot, buffer[: slot.numel]) for slot, buffer in zip(slots, buffers)]
-        self.reads.append(_InFlight(sub_group, buffers, transfers))
+        flight = _InFlight(sub_group, buffers, [])
+        self.reads.append(flight)  # before the first read starts: _drain waits for what did start, and frees the buffers
+        for slot, buffer in zip(slots, buffers):
+            flight.transfers.append(self.pool.space.read(slot, buffer[: slot.numel]))
 
     def _read_ahead(self) -> None:
         """Start reading the next sub-groups while buffers are free (never waiting for one)."""
@@ -185,6 +188,7 @@ class _SwappedStep:
         step_one(self.optimizer, self.group_index, sub_group.param)
         made = self.master.new_states(sub_group, state)
         if made:
+            self.pool.check_count(self._buffers_needed(sub_group))
             current.buffers += self.pool.acquire(len(made), self._finish_write)
             if sub_group is self.master._sub_groups[0]:
                 self._warn_if_shallow(sub_group)
@@ -196,8 +200,11 @@ class _SwappedStep:
                 buffer[:numel].copy_(value)  # made by this step, or replaced by an optimizer that does not work in place
         self._write_back_params(sub_group, current.buffers[0][:numel])
         self.master.unbind(sub_group, state)
-        transfers = [self.pool.space.write(slot, buffer[: slot.numel]) for slot, buffer in zip(slots, current.buffers)]
-        self.writes.append(_InFlight(sub_group, current.buffers, transfers))
+        flight = _InFlight(sub_group, current.buffers, [])
+        self.writes.append(flight)
+        self.stepping = None
+        for slot, buffer in zip(slots, current.buffers):
+            flight.transfers.append(self.pool.space.write(slot, buffer[: slot.numel]))
 
     def _write_back_params(self, sub_group: _SubGroup, master: torch.Tensor) -> None:
         index = sub_group.tensor_index
@@ -213,13 +220,17 @@ class _SwappedStep:
         if not self.writes:
             return False
         done = self.writes.popleft()
-        wait_all(done.transfers)
-        self.pool.release(done.buffers)
+        try:
+            wait_all(done.transfers)  # waits for all of them before it raises
+        finally:
+            self.pool.release(done.buffers)
         return True
 
     def _drain(self) -> None:
         """After an error: let every transfer finish before its buffer is reused, and give the buffers back."""
-        for flight in (*self.reads, *self.writes):
+        stepping = [self.stepping] if self.stepping is not None else []
+        self.stepping = None
+        for flight in (*stepping, *self.reads, *self.writes):
             try:
                 wait_all(flight.transfers)
             except BaseException:  # noqa: BLE001 - the error that stopped the step is already propagating

@@ -8,16 +8,24 @@ import zero_pin
 from zero_core.config import ConfigError
 from zero_core.offload import OffloadPlan, OffloadSettings
 
+from ._run_dir import RUN_PREFIX, _tree_bytes
+
 
 def check_disk_space(plan: OffloadPlan, settings: OffloadSettings, root: Path) -> None:
-    """The ranks on this host share `nvme_path`'s file system, so all of them must fit in its free space."""
+    """The ranks on this host share `nvme_path`'s file system, so all of them must fit in its free space.
+
+    Ranks check one after the other, and one that has checked may already be writing: what this
+    run's directory holds is part of the need counted here, so it counts as free.
+    """
     stats = os.statvfs(root)
     free = stats.f_bavail * stats.f_frsize
+    written = _tree_bytes(root / f"{RUN_PREFIX}{settings.run_id}") if settings.run_id else 0
     ranks = settings.local_world_size
     needed = plan.disk_bytes * ranks
-    if needed > free:
+    if needed > free + written:
+        besides = f" besides the {zero_pin.format_bytes(written)} this run has written" if written else ""
         raise ConfigError(
             f"{settings.block_path}.nvme_path",
             f"swapping needs {zero_pin.format_bytes(plan.disk_bytes)} of disk per rank, {zero_pin.format_bytes(needed)} "
-            f"for the {ranks} rank(s) on this host, but {root} has {zero_pin.format_bytes(free)} free; "
+            f"for the {ranks} rank(s) on this host, but {root} has {zero_pin.format_bytes(free)} free{besides}; "
             "free space there, point nvme_path at a larger drive, or use fewer ranks per node")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import time
+import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -29,7 +29,9 @@ class SwapDirectory:
     """This rank's directory of one run. `SwapDirectory.open` shares one per (path, run, rank) in a process:
     the `offload_optimizer` and `offload_param` devices both swap there, under one lock."""
 
-    _open: dict[tuple[Path, str, int], SwapDirectory] = {}
+    # Weak: the devices own the directory. One that no device holds any more (an engine dropped without
+    # destroy(), or one whose initialize failed after its devices were opened) is removed when collected.
+    _open: weakref.WeakValueDictionary[tuple[Path, str, int], SwapDirectory] = weakref.WeakValueDictionary()
 
     @classmethod
     def open(cls, root: Path, run_id: str, rank: int) -> SwapDirectory:
@@ -80,6 +82,9 @@ def remove_stale_runs(root: Path) -> int:
             except OSError:
                 os.close(fd)
                 continue  # its rank is alive
+            if not _still_named(fd, lock_path):
+                os.close(fd)
+                continue  # another run's cleanup removed it between our open and flock
             directory = run / lock_path.stem
             reclaimed += _tree_bytes(directory)
             removed.append(str(directory))
@@ -91,23 +96,32 @@ def remove_stale_runs(root: Path) -> int:
 
 
 def _take_lock(path: Path) -> int:
-    """An exclusive lock on `path`, held until the process closes the descriptor or dies."""
+    """An exclusive lock on `path`, held until the process closes the descriptor or dies.
+
+    The file is locked under a name no cleanup looks at and then renamed to `path`, so `path`
+    never exists unlocked: a run starting beside this one (another rank of it, even) cannot
+    take a lock that is being created for the stale one of a dead process and remove it.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # another run's cleanup holds it for a moment, then unlinks it
-            os.close(fd)
-            time.sleep(0.01)
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:  # the run's directory went away (the last rank of a stale run removed it)
+            path.parent.mkdir(parents=True, exist_ok=True)
             continue
-        # Another run's cleanup may have taken the lock between our open and flock and unlinked the
-        # file: then we hold a lock on a file no one can see, and must take a new one.
         try:
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # no one else opens this name: never blocks
+            os.rename(temporary, path)
+            return fd
+        except FileNotFoundError:  # removed with the run's directory between open and rename
+            os.close(fd)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise
 
 
 def _remove(directory: Path, lock_path: Path, lock_fd: int, run: Path) -> None:
@@ -122,6 +136,13 @@ def _remove(directory: Path, lock_path: Path, lock_fd: int, run: Path) -> None:
         run.rmdir()
     except OSError:
         pass  # other ranks' files are still there
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _tree_bytes(directory: Path) -> int:

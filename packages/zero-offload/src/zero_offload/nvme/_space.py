@@ -4,7 +4,9 @@ A slot named `group0.transformer.h.0.mlp.sub1` of category `optim.master` is the
 `<run dir>/rank<r>/optim.master/group0.transformer.h.0.mlp.sub1.swp`, so every file names its
 rank, its parameters' module and its kind. A failed transfer leaves the slot's file
 half-written: the space then refuses every later transfer, naming the first failure, so
-no step ever reads it back as if it were whole.
+no step ever reads it back as if it were whole. A transfer that fails as it starts (the
+file cannot be opened or allocated) counts too: the step it belonged to has already
+written some of its sub-groups' slots and not the others.
 """
 from __future__ import annotations
 
@@ -76,9 +78,13 @@ class NvmeSwapSpace(SwapSpace):
         if tensor.numel() != slot.numel or tensor.dtype != slot.dtype:
             raise SwapError(f"swap slot {slot.name}: {tensor.numel()} x {tensor.dtype} does not fit its "
                             f"{slot.numel} x {slot.dtype}")
-        if write:
-            return _Transfer(self, self.backend.write_async(tensor, slot.location))
-        return _Transfer(self, self.backend.read_async(tensor, slot.location))
+        try:
+            if write:
+                return _Transfer(self, self.backend.write_async(tensor, slot.location))
+            return _Transfer(self, self.backend.read_async(tensor, slot.location))
+        except BaseException as error:  # failed before any data moved (open, fallocate): the step is cut short all the same
+            self._failure = self._failure or error
+            raise
 
     def _path_for(self, name: str, category: str) -> Path:
         safe = _UNSAFE.sub("_", name).strip("._") or "tensor"
