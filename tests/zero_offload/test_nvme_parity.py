@@ -17,7 +17,7 @@ import torch
 
 from multirank import run_ranks
 from swap_helpers import direct_directory
-from test_offload_parity import STEPS, VOCAB, SEQ, TiedLoRA, ds_config
+from test_offload_parity import TiedLoRA, ds_config, train_steps
 
 NVME_CASES: dict[str, dict[str, Any]] = {
     "stage1-fp32": {"stage": 1},
@@ -55,15 +55,7 @@ def _train(rank: int, world_size: int, case: dict[str, Any], device: str, nvme_p
 
     torch.manual_seed(7)
     engine, _, _, _ = zero_core.initialize(model=TiedLoRA(), config=_config(case, device, nvme_path))
-    data = torch.randint(0, VOCAB, (STEPS, case.get("accum", 1), world_size, 2, SEQ),
-                         generator=torch.Generator().manual_seed(3))
-    losses = []
-    for step in data:
-        for micro in step:
-            loss = engine(micro[rank])
-            engine.backward(loss)
-            engine.step()
-            losses.append(loss.item())
+    losses = train_steps(engine, case, rank, world_size)
     state = {name: value.float() for name, value in engine.module_state_dict().items()}
     files = sorted(str(p.relative_to(nvme_path)) for p in Path(nvme_path).rglob("*.swp"))
     engine.destroy()

@@ -71,12 +71,8 @@ def ds_config(case: dict[str, Any], offload: bool) -> dict[str, Any]:
     return config
 
 
-def _train(rank: int, world_size: int, case: dict[str, Any], offload: bool) -> dict[str, Any]:
-    import zero_core
-
-    torch.manual_seed(7)
-    model = TiedLoRA()
-    engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(case, offload))
+def train_steps(engine: Any, case: dict[str, Any], rank: int, world_size: int) -> list[float]:
+    """STEPS optimizer steps (of the case's accumulation) on the same tokens every time; this rank's losses."""
     data = torch.randint(0, VOCAB, (STEPS, case.get("accum", 1), world_size, 2, SEQ),
                          generator=torch.Generator().manual_seed(3))
     losses = []
@@ -86,6 +82,16 @@ def _train(rank: int, world_size: int, case: dict[str, Any], offload: bool) -> d
             engine.backward(loss)
             engine.step()
             losses.append(loss.item())
+    return losses
+
+
+def _train(rank: int, world_size: int, case: dict[str, Any], offload: bool) -> dict[str, Any]:
+    import zero_core
+
+    torch.manual_seed(7)
+    model = TiedLoRA()
+    engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(case, offload))
+    losses = train_steps(engine, case, rank, world_size)
     state = {name: value.float() for name, value in engine.module_state_dict().items()}
     optimizer_type = type(engine.optimizer.optimizer).__name__
     engine.destroy()
