@@ -4,8 +4,9 @@ DeepSpeed 0.19.8's engine defines them as: `global_rank = dist.get_rank()`, `wor
 dist.get_world_size()`, `local_rank = int(os.environ["LOCAL_RANK"])`; `micro_steps` counts
 every `step()` call, `global_steps` and `global_samples` (`+= train_batch_size()`) count
 boundaries; `was_step_applied()` is True only after a `step()` that updated the weights;
-`fp16_enabled()`, `bfloat16_enabled()` and `gradient_clipping()` echo the config. The
-checkpoint calls are not built yet and must say so, not fall through to the model.
+`fp16_enabled()`, `bfloat16_enabled()` and `gradient_clipping()` echo the config.
+`save_16bit_model` is not built yet and must say so, and `load_checkpoint` of a directory
+without a checkpoint must say that, not fall through to the model.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from zero_plugins import ZeroError
 
 from multirank import run_ranks
 
@@ -43,11 +45,14 @@ def _attributes(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
             engine.step()
             applied.append(engine.was_step_applied())
         errors = {}
-        for call in ("save_checkpoint", "load_checkpoint", "save_16bit_model"):
-            try:
-                getattr(engine, call)("unused")
-            except NotImplementedError as error:
-                errors[call] = str(error)
+        try:
+            engine.save_16bit_model("unused")
+        except NotImplementedError as error:
+            errors["save_16bit_model"] = str(error)
+        try:
+            engine.load_checkpoint("/nonexistent/checkpoints")
+        except ZeroError as error:
+            errors["load_checkpoint"] = str(error)
         try:
             engine.no_such_attribute  # noqa: B018
         except AttributeError as error:
@@ -102,10 +107,11 @@ def test_config_echoes(attributes, stage: int) -> None:  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_checkpoint_calls_say_they_are_not_built_and_missing_names_name_both_objects(
+def test_unbuilt_and_failing_checkpoint_calls_say_so_and_missing_names_name_both_objects(
         attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
     errors = attributes[0][stage]["errors"]
-    for call in ("save_checkpoint", "load_checkpoint", "save_16bit_model"):
-        assert errors[call].startswith(f"engine.{call} is not available yet"), errors
+    assert errors["save_16bit_model"].startswith("engine.save_16bit_model is not available yet"), errors
+    assert errors["load_checkpoint"] == ("no checkpoint to load in /nonexistent/checkpoints: it has no `latest` "
+                                         "file; pass tag= (tags there: none)")
     assert errors["missing"] == ("neither the ZeroEngine nor its model (Sequential) has an attribute "
                                  "'no_such_attribute'")

@@ -17,7 +17,8 @@ import torch
 
 from multirank import run_ranks
 from swap_helpers import direct_directory
-from test_offload_parity import TiedLoRA, ds_config, train_steps
+from test_offload_parity import ds_config, train_steps
+from tied_lora import TiedLoRA
 
 NVME_CASES: dict[str, dict[str, Any]] = {
     "stage1-fp32": {"stage": 1},

@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from engine_helpers import LoRALinear
+from tied_lora import HIDDEN, SEQ, VOCAB, TiedLoRA
 from multirank import run_ranks
 
-VOCAB, HIDDEN, SEQ, STEPS = 64, 32, 8, 4
+STEPS = 4
 OPTIMIZER = {"offload_optimizer": {"device": "cpu"}}
 PARAMS = {"offload_param": {"device": "cpu"}}
 
@@ -37,23 +36,6 @@ CASES: dict[str, dict[str, Any]] = {
     "stage2-optimizer-bf16": {"stage": 2, "offload": OPTIMIZER, "bf16": True},
     "stage3-both-bf16": {"stage": 3, "offload": {**OPTIMIZER, **PARAMS}, "bf16": True},
 }
-
-
-class TiedLoRA(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
-        self.up = LoRALinear.new(HIDDEN, 2 * HIDDEN)
-        self.down = torch.nn.Linear(2 * HIDDEN, HIDDEN)
-        self.norm = torch.nn.LayerNorm(HIDDEN)
-        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
-        self.head.weight = self.embed.weight
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed(ids)
-        h = h + self.down(F.gelu(self.up(h)))
-        logits = self.head(self.norm(h))
-        return F.cross_entropy(logits.float().reshape(-1, VOCAB), ids.roll(-1, 1).reshape(-1))
 
 
 def ds_config(case: dict[str, Any], offload: bool) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -12,13 +13,14 @@ from ..accelerator import pinned_stats
 from ..comm import Collectives
 from ..memory import MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
+from ..checkpoint import load_checkpoint, save_checkpoint
 from ..stage3 import GatherCoordinator, GatheringPasses
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
 
-_CHECKPOINTS_PENDING = ("is not available yet: checkpoint save and load land with zero's checkpoint support "
-                        "(docs/engine.md, \"Checkpoints\"); until then, save `engine.module_state_dict()` yourself")
+_CHECKPOINTS_PENDING = ("is not available yet: it lands with zero's checkpoint export (docs/checkpoints.md); until "
+                        "then, save `engine.module_state_dict()` yourself")
 
 
 @dataclass(frozen=True)
@@ -175,11 +177,20 @@ class ZeroEngine(torch.nn.Module):
         return self._passes.full_state_dict()
 
     # --- checkpoints (not yet) ---
-    def save_checkpoint(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotImplementedError(f"engine.save_checkpoint {_CHECKPOINTS_PENDING}")
+    def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: str | None = None,
+                        client_state: dict[str, Any] | None = None, save_latest: bool = True,
+                        exclude_frozen_parameters: bool = False) -> str:
+        """DeepSpeed's call: the whole training state to `<save_dir>/<tag>` (docs/checkpoints.md). Every rank calls
+        it; what it writes loads at any world size and stage."""
+        return str(save_checkpoint(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters))
 
-    def load_checkpoint(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotImplementedError(f"engine.load_checkpoint {_CHECKPOINTS_PENDING}")
+    def load_checkpoint(self, load_dir: str | os.PathLike[str], tag: str | None = None,
+                        load_module_strict: bool = True, load_optimizer_states: bool = True,
+                        load_lr_scheduler_states: bool = True,
+                        load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
+        """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
+        return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
+                               load_lr_scheduler_states, load_module_only)
 
     def save_16bit_model(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise NotImplementedError(f"engine.save_16bit_model {_CHECKPOINTS_PENDING}")

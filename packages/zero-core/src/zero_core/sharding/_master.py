@@ -70,6 +70,14 @@ class MasterParams:
     def numels(self) -> list[int]:
         return [tensor.numel() for tensor in self.tensors]
 
+    def sub_groups(self, index: int) -> list[tuple[torch.Tensor, int]]:
+        """The optimizer params that cover master tensor `index`, each with its first element's offset in it."""
+        if self._sub_group_numel is None:
+            return [(self.optimizer_params[index], 0)]
+        first = sum(len(sub_group_views([tensor], self._sub_group_numel)) for tensor in self.tensors[:index])
+        views = sub_group_views([self.tensors[index]], self._sub_group_numel)
+        return [(self.optimizer_params[first + k], k * self._sub_group_numel) for k in range(len(views))]
+
     def split_into_sub_groups(self, max_numel: int) -> None:
         self._sub_group_numel = max_numel
         self.optimizer_params = sub_group_views(self.tensors, max_numel)

@@ -83,6 +83,10 @@ class ZeroOptimizer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.loss_scaler.load_state_dict(state["loss_scaler"])
 
+    def synchronize(self) -> None:
+        """Wait for copies to and from offload devices (before reading the master or state from outside)."""
+        self._homes.synchronize()
+
     # --- the step ---
     def step(self) -> bool:
         """Step with the reduced gradients; False when an fp16 overflow skipped it."""

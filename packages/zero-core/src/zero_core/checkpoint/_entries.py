@@ -1,0 +1,152 @@
+"""The checkpoint's tensors, by name, laid out independently of the world size and the stage.
+
+Every parameter is saved as a 1-D tensor of its `numel` elements, under its fully qualified
+name and a kind: `model.<fqn>` (compute dtype), `master.<fqn>` (fp32), `optim.<state>.<fqn>`
+(each of the optimizer's param-sized state tensors). What a rank holds of one is a set of
+pieces (element ranges): the whole tensor where every rank holds it whole (stages 0-2's
+weights, stage 0's master and state), or this rank's pieces of its shards (stage 3's
+partitions; stages 1-3's master and state), given to torch.distributed.checkpoint (DCP) as a
+ShardedTensor of 1-D chunks. DCP then reads back, for any other layout, exactly the elements
+each rank needs: that is the resharding across world sizes and stages. The pieces are views
+of the engine's own buffers, so saving copies nothing in memory and loading writes in place.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.distributed._shard.metadata import ShardMetadata
+from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+from torch.distributed._shard.sharded_tensor.shard import Shard
+from zero_plugins import ZeroError
+
+from ..sharding import MasterParams, ZeroOptimizer, param_name
+from ..stage3 import unit_of
+
+Entry = torch.Tensor | ShardedTensor
+
+
+@dataclass
+class _Pieces:
+    numel: int
+    whole: torch.Tensor | None = None  # held whole on every rank
+    parts: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (first element, 1-D view)
+
+
+class EntryBuilder:
+    """Collects, per checkpoint key, the pieces this rank holds; `entries()` makes them DCP state-dict values."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self._pieces: dict[str, _Pieces] = {}
+
+    def whole(self, key: str, values: torch.Tensor) -> None:
+        self._pieces[key] = _Pieces(values.numel(), whole=values.reshape(-1))
+
+    def part(self, key: str, numel: int, start: int, values: torch.Tensor) -> None:
+        pieces = self._pieces.setdefault(key, _Pieces(numel))
+        if values.numel():
+            pieces.parts.append((start, values))
+
+    def declare(self, key: str, numel: int) -> None:
+        """A sharded key this rank holds nothing of (every rank must take part in making each ShardedTensor)."""
+        self._pieces.setdefault(key, _Pieces(numel))
+
+    def keys(self) -> list[str]:
+        return list(self._pieces)
+
+    def entries(self) -> dict[str, Entry]:
+        """In key order, the same on every rank: making a ShardedTensor is a collective."""
+        out: dict[str, Entry] = {}
+        for key in sorted(self._pieces):
+            pieces = self._pieces[key]
+            if pieces.whole is not None:
+                out[key] = pieces.whole
+                continue
+            shards = [Shard(values, ShardMetadata([start], [values.numel()], f"rank:{self.rank}/{values.device.type}"))
+                      for start, values in pieces.parts]
+            out[key] = ShardedTensor._init_from_local_shards(shards, [pieces.numel])
+        return out
+
+
+def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include_frozen: bool) -> dict[str, list[int]]:
+    """`model.<fqn>` for every parameter (tied ones once, by their first name) and `buffer.<fqn>` for every
+    persistent buffer; returns the parameters' shapes by name, which the checkpoint's description lists."""
+    shapes: dict[str, list[int]] = {}
+    for name, param in module.named_parameters():
+        if not include_frozen and not param.requires_grad:
+            continue
+        unit = unit_of(param)
+        shape = list(getattr(param, "ds_shape", param.shape))
+        shapes[name] = shape
+        numel = int(torch.Size(shape).numel())
+        key = f"model.{name}"
+        if unit is None:
+            builder.whole(key, param.data)
+            continue
+        if unit.swapped is not None:
+            raise ZeroError(f"checkpoints of partitions in swap space (offload_param.device: nvme; {name}) are not "
+                            "available yet; use offload_param.device: cpu for a run that saves checkpoints")
+        lo, hi = unit.layout.shard_range(rank)
+        builder.declare(key, numel)
+        for piece in unit.layout.pieces_in(lo, hi):
+            if piece.slot.param is param:
+                length = piece.stop - piece.start
+                builder.part(key, numel, piece.start, unit.shard[piece.shard_offset : piece.shard_offset + length])
+    for name, buffer in module.named_buffers():
+        if _persistent(module, name):
+            builder.whole(f"buffer.{name}", buffer)
+    return shapes
+
+
+def add_optimizer(builder: EntryBuilder, optimizer: ZeroOptimizer, sharded: bool, with_state: bool) -> None:
+    """`master.<fqn>` and, `with_state`, `optim.<state>.<fqn>` for every trainable parameter."""
+    for group in optimizer.groups:
+        master = group.master
+        if not isinstance(master, MasterParams):
+            raise ZeroError("checkpoints of optimizer state in swap space (offload_optimizer.device: nvme) are not "
+                            "available yet; use offload_optimizer.device: cpu for a run that saves checkpoints")
+        state_names = sorted({name for param in master.optimizer_params
+                              for name, value in optimizer.state.get(param, {}).items()
+                              if isinstance(value, torch.Tensor) and value.shape == param.shape}) if with_state else []
+        for index, layout in enumerate(group.layouts):
+            lo, hi = master.ranges[index]
+            if sharded:  # every rank makes every key's ShardedTensor, holding a piece of it or not
+                for slot in layout.slots:
+                    for kind in ("master", *(f"optim.{state}" for state in state_names)):
+                        builder.declare(f"{kind}.{param_name(slot.param)}", slot.numel)
+            for piece in layout.pieces_in(lo, hi):
+                name, numel = param_name(piece.slot.param), piece.slot.numel
+                length = piece.stop - piece.start
+                values = master.tensors[index][piece.shard_offset : piece.shard_offset + length]
+                _add(builder, f"master.{name}", numel, piece.start, values, sharded)
+                if with_state:
+                    for state_name, start, state_values in _state_pieces(optimizer, master, index,
+                                                                         piece.shard_offset, length):
+                        _add(builder, f"optim.{state_name}.{name}", numel, piece.start + start, state_values, sharded)
+
+
+def _state_pieces(optimizer: ZeroOptimizer, master: MasterParams, index: int, offset: int,
+                  length: int) -> Iterator[tuple[str, int, torch.Tensor]]:
+    """(state name, first element relative to the piece, view) of the state tensors covering a master range."""
+    for param, sub_offset in master.sub_groups(index):
+        lo, hi = max(offset, sub_offset), min(offset + length, sub_offset + param.numel())
+        if lo >= hi:
+            continue
+        for state_name, value in optimizer.state.get(param, {}).items():
+            if isinstance(value, torch.Tensor) and value.shape == param.shape:
+                yield state_name, lo - offset, value[lo - sub_offset : hi - sub_offset]
+
+
+def _add(builder: EntryBuilder, key: str, numel: int, start: int, values: torch.Tensor, sharded: bool) -> None:
+    if sharded:
+        builder.part(key, numel, start, values)
+    else:
+        builder.whole(key, values)  # stage 0: every rank steps every element
+
+
+def _persistent(module: torch.nn.Module, name: str) -> bool:
+    owner_name, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    return leaf not in owner._non_persistent_buffers_set

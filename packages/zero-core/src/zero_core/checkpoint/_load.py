@@ -1,0 +1,62 @@
+"""engine.load_checkpoint: read any zero checkpoint into this engine, whatever world size and stage saved it."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.state_dict_loader import load
+
+
+from ._describe import Description, check_model
+from ._entries import EntryBuilder, add_model, add_optimizer
+from ._publish import resolve_tag
+from ._training import (
+    TrainingEngine,
+    create_optimizer_state,
+    from_bytes,
+    restore_counters,
+    restore_optimizer,
+    restore_rng,
+    to_bytes,
+)
+
+
+def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | None = None,
+                    load_module_strict: bool = True, load_optimizer_states: bool = True,
+                    load_lr_scheduler_states: bool = True,
+                    load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
+    """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
+    tag, directory = resolve_tag(Path(load_dir), tag)
+    description = Description.read(directory)
+    rank = engine.global_rank
+    reader = FileSystemReader(directory)
+    saved_keys = set(reader.read_metadata().state_dict_metadata)
+    training = from_bytes(_read_objects(reader, {"training": to_bytes(None)})["training"])
+    with_state = load_optimizer_states and not load_module_only
+    if with_state:
+        create_optimizer_state(engine, description.optimizer_state, training["optimizer_steps"])
+    builder = EntryBuilder(rank)
+    shapes = add_model(builder, engine.module, rank, include_frozen=True)
+    check_model(description, shapes, directory, load_module_strict)
+    add_optimizer(builder, engine.optimizer, engine.policy.shards_optimizer_state, with_state=with_state)
+    # The master is always loaded: it is the fp32 copy of the weights, and the next step writes it into them.
+    wanted = {key: value for key, value in builder.entries().items() if key in saved_keys}
+    load(wanted, storage_reader=reader)
+    if not load_module_only:
+        if load_optimizer_states:
+            restore_optimizer(engine, training, scheduler=load_lr_scheduler_states)
+        restore_counters(engine, training)
+        rng_key = f"rng.rank{rank % description.world_size}"
+        restore_rng(from_bytes(_read_objects(reader, {rng_key: to_bytes(None)})[rng_key]))
+    return str(directory), dict(training["client_state"])
+
+
+def _read_objects(reader: FileSystemReader, objects: dict[str, io.BytesIO]) -> dict[str, io.BytesIO]:
+    """Load serialized objects alone (DCP's load is collective only for the process group it is given)."""
+    load(objects, storage_reader=reader, no_dist=True)
+    return objects
+
+
+
