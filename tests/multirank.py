@@ -31,6 +31,18 @@ DEFAULT_TIMEOUT = 180.0
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = DEFAULT_TIMEOUT,
               env: dict[str, str] | None = None) -> list[Any]:
+    with started_ranks(fn, world_size, *args, env=env) as (processes, out):
+        _wait(processes, out, timeout)
+        return [_load(out / f"{rank}.result") for rank in range(world_size)]
+
+
+@contextlib.contextmanager
+def started_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[list[Any], Path]]:
+    """The ranks' processes, started, and the folder their results go to; every one is killed on exit.
+
+    For tests that must act on a rank while it runs (kill it mid-save); others use run_ranks.
+    """
     if not 1 <= world_size <= 8:
         raise ValueError(f"world_size must be 1..8 (got {world_size})")
     context = multiprocessing.get_context("spawn")
@@ -45,10 +57,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
                 process.start()
                 processes.append(process)
         try:
-            _wait(processes, out, timeout)
+            yield processes, out
         finally:
             _kill(processes)
-        return [_load(out / f"{rank}.result") for rank in range(world_size)]
 
 
 def free_port() -> int:

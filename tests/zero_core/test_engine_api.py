@@ -246,9 +246,9 @@ def test_config_from_args_path(tmp_path: Path) -> None:
         ({}, ZeroError, "no ds_config"),
         ({"config": {}, "config_params": {}}, ZeroError, "config= or config_params=, not both"),
         ({"config": config(), "mpu": object()}, ZeroError, r"mpu="),
-        ({"config": config(zero_optimization={"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}})},
-         ConfigError, "zero_optimization.offload_param.device: offload device 'nvme' is not available: no installed "
-         "plugin provides it; devices available: cpu"),
+        ({"config": config(zero_optimization={"stage": 3, "offload_param": {"device": "gpu"}})},
+         ConfigError, "zero_optimization.offload_param.device: offload device 'gpu' is not available: no installed "
+         "plugin provides it; devices available: cpu, nvme"),
         ({"config": config(optimizer=None)}, ZeroError, "no optimizer"),
         ({"config": config(), "optimizer": 3}, ZeroError, "optimizer must be a torch.optim.Optimizer or a callable"),
         ({"config": config(), "model_parameters": [torch.nn.Parameter(torch.zeros(2))]}, ZeroError,

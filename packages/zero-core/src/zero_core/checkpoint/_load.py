@@ -9,9 +9,11 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load
 
 
+from ._deepspeed_resume import deepspeed_as_zero
 from ._describe import Description, check_model
 from ._entries import EntryBuilder, add_model, add_optimizer
 from ._publish import resolve_tag
+from ._verify import open_verified
 from ._training import (
     TrainingEngine,
     create_optimizer_state,
@@ -28,11 +30,12 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
                     load_lr_scheduler_states: bool = True,
                     load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
     """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
+    load_dir, tag = deepspeed_as_zero(Path(load_dir), tag)  # DeepSpeed's checkpoint: its import (_deepspeed.py)
     tag, directory = resolve_tag(Path(load_dir), tag)
     description = Description.read(directory)
     rank = engine.global_rank
-    reader = FileSystemReader(directory)
-    saved_keys = set(reader.read_metadata().state_dict_metadata)
+    reader, metadata = open_verified(directory)
+    saved_keys = set(metadata.state_dict_metadata)
     training = from_bytes(_read_objects(reader, {"training": to_bytes(None)})["training"])
     with_state = load_optimizer_states and not load_module_only
     if with_state:
@@ -49,7 +52,8 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
             restore_optimizer(engine, training, scheduler=load_lr_scheduler_states)
         restore_counters(engine, training)
         rng_key = f"rng.rank{rank % description.world_size}"
-        restore_rng(from_bytes(_read_objects(reader, {rng_key: to_bytes(None)})[rng_key]))
+        if rng_key in saved_keys:  # an imported DeepSpeed checkpoint has none
+            restore_rng(from_bytes(_read_objects(reader, {rng_key: to_bytes(None)})[rng_key]))
     return str(directory), dict(training["client_state"])
 
 

@@ -30,7 +30,7 @@ _FIX = (f"use a directory on a disk file system (ext4, xfs, ...), or set {BUFFER
         "the page cache without O_DIRECT (buffered mode: the swapped data then also occupies host memory)")
 
 _lock = threading.Lock()
-_checked: dict[int, str | None] = {}  # st_dev -> why O_DIRECT is unusable there, or None
+_checked: dict[int, str | None] = {}  # st_dev -> why O_DIRECT is unusable there ({directory} for the path), or None
 
 
 def buffered_from_env() -> bool:
@@ -61,12 +61,15 @@ def direct_io_problem(directory: str) -> str | None:
     """
     device = os.stat(directory).st_dev
     with _lock:
-        if device in _checked:
-            return _checked[device]
-    problem = _probe(directory)
-    with _lock:
-        _checked[device] = problem
-    return problem
+        checked = device in _checked
+        found = _checked.get(device)
+    if not checked:
+        problem = _probe(directory)
+        found = problem.replace(directory, "{directory}") if problem else None
+        with _lock:
+            _checked[device] = found
+    # The problem is the file system's, remembered per device; the message names the directory asked about.
+    return found.replace("{directory}", directory) if found else None
 
 
 def _probe(directory: str) -> str | None:
