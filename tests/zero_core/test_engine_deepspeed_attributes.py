@@ -5,12 +5,15 @@ dist.get_world_size()`, `local_rank = int(os.environ["LOCAL_RANK"])`; `micro_ste
 every `step()` call, `global_steps` and `global_samples` (`+= train_batch_size()`) count
 boundaries; `was_step_applied()` is True only after a `step()` that updated the weights;
 `fp16_enabled()`, `bfloat16_enabled()` and `gradient_clipping()` echo the config.
-`save_16bit_model` is not built yet and must say so, and `load_checkpoint` of a directory
-without a checkpoint must say that, not fall through to the model.
+`save_16bit_model` writes the module's state_dict (rank 0, torch.save) and returns True at stages
+0-2; at stage 3 without `stage3_gather_16bit_weights_on_model_save` it must say that setting is
+needed (test_checkpoint_export.py saves with it). `load_checkpoint` of a directory without a
+checkpoint must say that, not fall through to the model.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +32,7 @@ def _config(stage: int) -> dict[str, Any]:
             "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
 
 
-def _attributes(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
+def _attributes(rank: int, world_size: int, root: str) -> dict[int, dict[str, Any]]:
     import torch.distributed as dist
     import zero_core
 
@@ -45,10 +48,12 @@ def _attributes(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
             engine.step()
             applied.append(engine.was_step_applied())
         errors = {}
+        saved = None
         try:
-            engine.save_16bit_model("unused")
-        except NotImplementedError as error:
+            saved = engine.save_16bit_model(f"{root}/stage{stage}")
+        except ZeroError as error:
             errors["save_16bit_model"] = str(error)
+        state = engine.module_state_dict()
         try:
             engine.load_checkpoint("/nonexistent/checkpoints")
         except ZeroError as error:
@@ -70,14 +75,20 @@ def _attributes(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
             "clipping": engine.gradient_clipping(),
             "stage": engine.zero_optimization_stage(),
             "errors": errors,
+            "saved_16bit": (saved, state),
         }
         engine.destroy()
     return found
 
 
 @pytest.fixture(scope="module")
-def attributes() -> list[dict[int, dict[str, Any]]]:
-    return run_ranks(_attributes, WORLD_SIZE, timeout=180)
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("save_16bit")
+
+
+@pytest.fixture(scope="module")
+def attributes(root: Path) -> list[dict[int, dict[str, Any]]]:
+    return run_ranks(_attributes, WORLD_SIZE, str(root), timeout=180)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -107,11 +118,29 @@ def test_config_echoes(attributes, stage: int) -> None:  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_unbuilt_and_failing_checkpoint_calls_say_so_and_missing_names_name_both_objects(
+def test_failing_checkpoint_calls_say_so_and_missing_names_name_both_objects(
         attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
     errors = attributes[0][stage]["errors"]
-    assert errors["save_16bit_model"].startswith("engine.save_16bit_model is not available yet"), errors
     assert errors["load_checkpoint"] == ("no checkpoint to load in /nonexistent/checkpoints: it has no `latest` "
                                          "file; pass tag= (tags there: none)")
     assert errors["missing"] == ("neither the ZeroEngine nor its model (Sequential) has an attribute "
                                  "'no_such_attribute'")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_save_16bit_model_writes_the_state_dict_or_names_the_stage_3_setting(
+        attributes, root: Path, stage: int) -> None:  # type: ignore[no-untyped-def]
+    path = root / f"stage{stage}" / "pytorch_model.bin"
+    if stage == 3:
+        assert [result[stage]["errors"]["save_16bit_model"] for result in attributes] == [
+            "engine.save_16bit_model at stage 3 gathers the partitioned weights only with "
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save: true in the config; set it, or save a "
+            "checkpoint and run `zero checkpoint export`"] * WORLD_SIZE
+        assert not path.parent.exists(), "nothing written"
+        return
+    assert [result[stage]["saved_16bit"][0] for result in attributes] == [True] * WORLD_SIZE
+    state = attributes[0][stage]["saved_16bit"][1]
+    saved = torch.load(path)
+    assert saved.keys() == state.keys() == {"0.weight", "0.bias", "1.weight", "1.bias"}
+    for name, value in state.items():
+        assert value.dtype == torch.bfloat16 and torch.equal(saved[name], value), name

@@ -24,6 +24,7 @@ _EXPORTS = {
     "ConfigError": ".config",
     "ZeroConfig": ".config",
     "IgnoredConfigKeysWarning": ".config",
+    "get_fp32_state_dict_from_zero_checkpoint": ".checkpoint",
     "Init": ".stage3",
     "GatheredParameters": ".stage3",
     "HeldParametersWarning": ".stage3",
@@ -33,6 +34,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator, get_accelerator, see_memory_usage, set_accelerator
+    from .checkpoint import get_fp32_state_dict_from_zero_checkpoint
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
     from .engine import ZeroEngine, ZeroOptimizer, initialize
     from .memory import MemoryLedger, MemoryReport, StorageTracker

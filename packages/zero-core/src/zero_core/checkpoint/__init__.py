@@ -1,5 +1,10 @@
 """Checkpoints: save and load an engine's whole training state at any world size and stage (docs/checkpoints.md)."""
+from ._cli import checkpoint_command
+from ._export import export_checkpoint
+from ._inspect import inspect_checkpoints
 from ._load import load_checkpoint
+from ._read import get_fp32_state_dict_from_zero_checkpoint
 from ._save import save_checkpoint
 
-__all__ = ["load_checkpoint", "save_checkpoint"]
+__all__ = ["checkpoint_command", "export_checkpoint", "get_fp32_state_dict_from_zero_checkpoint", "inspect_checkpoints",
+           "load_checkpoint", "save_checkpoint"]

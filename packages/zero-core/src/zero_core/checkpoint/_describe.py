@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ class Description:
     frozen_excluded: bool
     optimizer_state: list[str]  # the optimizer's param-sized state names saved ("exp_avg", ...)
     keys: int  # tensors in the DCP checkpoint
+    buffers: dict[str, list[int]] = field(default_factory=dict)  # fqn -> shape, of the persistent buffers saved
+    tied: dict[str, str] = field(default_factory=dict)  # a tied parameter's other name -> the name it is saved under
 
     def write(self, directory: Path) -> None:
         path = directory / DESCRIPTION

@@ -70,9 +70,18 @@ class EntryBuilder:
         return out
 
 
-def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include_frozen: bool) -> dict[str, list[int]]:
+@dataclass
+class ModelNames:
+    """What the checkpoint's description lists of the model."""
+
+    params: dict[str, list[int]]  # fqn -> shape
+    buffers: dict[str, list[int]]
+    tied: dict[str, str]  # a tied parameter's other name -> the name it is saved under
+
+
+def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include_frozen: bool) -> ModelNames:
     """`model.<fqn>` for every parameter (tied ones once, by their first name) and `buffer.<fqn>` for every
-    persistent buffer; returns the parameters' shapes by name, which the checkpoint's description lists."""
+    persistent buffer."""
     shapes: dict[str, list[int]] = {}
     for name, param in module.named_parameters():
         if not include_frozen and not param.requires_grad:
@@ -94,10 +103,19 @@ def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include
             if piece.slot.param is param:
                 length = piece.stop - piece.start
                 builder.part(key, numel, piece.start, unit.shard[piece.shard_offset : piece.shard_offset + length])
+    buffers: dict[str, list[int]] = {}
     for name, buffer in module.named_buffers():
         if _persistent(module, name):
             builder.whole(f"buffer.{name}", buffer)
-    return shapes
+            buffers[name] = list(buffer.shape)
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            tied[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return ModelNames(shapes, buffers, tied)
 
 
 def add_optimizer(builder: EntryBuilder, optimizer: ZeroOptimizer, sharded: bool, with_state: bool) -> None:

@@ -41,8 +41,8 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
     if with_state:
         create_optimizer_state(engine, description.optimizer_state, training["optimizer_steps"])
     builder = EntryBuilder(rank)
-    shapes = add_model(builder, engine.module, rank, include_frozen=True)
-    check_model(description, shapes, directory, load_module_strict)
+    names = add_model(builder, engine.module, rank, include_frozen=True)
+    check_model(description, names.params, directory, load_module_strict)
     add_optimizer(builder, engine.optimizer, engine.policy.shards_optimizer_state, with_state=with_state)
     # The master is always loaded: it is the fp32 copy of the weights, and the next step writes it into them.
     wanted = {key: value for key, value in builder.entries().items() if key in saved_keys}

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 
+import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save
@@ -25,7 +28,7 @@ def save_checkpoint(engine: TrainingEngine, save_dir: str | Path, tag: str | Non
     rank = engine.global_rank
     engine.optimizer.synchronize()
     builder = EntryBuilder(rank)
-    shapes = add_model(builder, engine.module, rank, include_frozen=not exclude_frozen_parameters)
+    names = add_model(builder, engine.module, rank, include_frozen=not exclude_frozen_parameters)
     add_optimizer(builder, engine.optimizer, engine.policy.shards_optimizer_state, with_state=True)
     state: dict[str, Any] = dict(builder.entries())
     state["training"] = to_bytes(training_state(engine, client_state))
@@ -37,13 +40,27 @@ def save_checkpoint(engine: TrainingEngine, save_dir: str | Path, tag: str | Non
     dist.barrier()
     final = save_dir / tag
     if rank == 0:
+        _write_hf_config(engine.module, staging_directory(save_dir, tag))
         Description(FORMAT, tag, engine.world_size, engine.policy.stage, str(engine.compute_dtype).removeprefix("torch."),
-                    shapes, exclude_frozen_parameters, _state_names(builder.keys()),
-                    sum(1 for v in state.values() if not isinstance(v, io.BytesIO))).write(
+                    names.params, exclude_frozen_parameters, _state_names(builder.keys()),
+                    sum(1 for v in state.values() if not isinstance(v, io.BytesIO)), names.buffers,
+                    names.tied).write(
             staging_directory(save_dir, tag))
         final = publish(save_dir, tag, save_latest)
     dist.barrier()
     return final
+
+
+def _write_hf_config(module: torch.nn.Module, directory: Path) -> None:
+    """A Hugging Face model's config.json, so that `zero checkpoint export` makes a directory from_pretrained loads."""
+    to_json = getattr(getattr(module, "config", None), "to_json_string", None)
+    if callable(to_json):
+        config = json.loads(to_json())
+        config["architectures"] = config.get("architectures") or [type(module).__name__]  # as save_pretrained does
+        with open(directory / "config.json", "w", encoding="utf-8") as file:
+            json.dump(config, file, indent=2)
+            file.flush()
+            os.fsync(file.fileno())
 
 
 def _state_names(keys: list[str]) -> list[str]:

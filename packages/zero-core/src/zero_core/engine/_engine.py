@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from zero_plugins import ZeroError
@@ -18,9 +18,6 @@ from ..stage3 import GatherCoordinator, GatheringPasses
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
-
-_CHECKPOINTS_PENDING = ("is not available yet: it lands with zero's checkpoint export (docs/checkpoints.md); until "
-                        "then, save `engine.module_state_dict()` yourself")
 
 
 @dataclass(frozen=True)
@@ -176,7 +173,7 @@ class ZeroEngine(torch.nn.Module):
         """
         return self._passes.full_state_dict()
 
-    # --- checkpoints (not yet) ---
+    # --- checkpoints ---
     def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: str | None = None,
                         client_state: dict[str, Any] | None = None, save_latest: bool = True,
                         exclude_frozen_parameters: bool = False) -> str:
@@ -192,8 +189,24 @@ class ZeroEngine(torch.nn.Module):
         return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                load_lr_scheduler_states, load_module_only)
 
-    def save_16bit_model(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotImplementedError(f"engine.save_16bit_model {_CHECKPOINTS_PENDING}")
+    def save_16bit_model(self, save_dir: str | os.PathLike[str], save_filename: str = "pytorch_model.bin",
+                         exclude_frozen_parameters: bool = False) -> bool:
+        """DeepSpeed's call: rank 0 writes the model's weights and buffers in the compute dtype to
+        `<save_dir>/<save_filename>` with torch.save; returns True. Every rank must call it (stage 3 gathers)."""
+        if self.policy.stage == 3 and not self.zero_config.zero_optimization.stage3_gather_16bit_weights_on_model_save:
+            # Raised on every rank before any gather; DeepSpeed returns False and writes nothing.
+            raise ZeroError("engine.save_16bit_model at stage 3 gathers the partitioned weights only with "
+                            "zero_optimization.stage3_gather_16bit_weights_on_model_save: true in the config; "
+                            "set it, or save a checkpoint and run `zero checkpoint export`")
+        state = self.module_state_dict()
+        if self.global_rank == 0:
+            if exclude_frozen_parameters:
+                frozen = {name for name, param in self.module.named_parameters(remove_duplicate=False)
+                          if not param.requires_grad}
+                state = {name: value for name, value in state.items() if name not in frozen}
+            Path(save_dir).mkdir(parents=True, exist_ok=True)
+            torch.save(state, Path(save_dir) / save_filename)
+        return True
 
     def memory_report(self) -> MemoryReport:
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""

@@ -12,10 +12,11 @@ running `_init_weights` and `tie_weights`, a parent re-initialising a child) run
 exactly the weights eager construction gives it; the unit is stored (from rank 0) and freed
 when another unit is touched, when a module's construction starts or returns, and when the
 block ends. So a rank holds at most one module's whole parameters at a time, plus its
-shards. Units are named after their modules' fully qualified names once the outermost
-module is built. `zero_core.initialize` later regroups the shards into its own units, one
-module at a time. Weights changed after the block ends must go through
-`GatheredParameters(..., modifier_rank=0)`.
+shards. A module built on the meta device (as transformers' `from_pretrained` builds one) is
+partitioned once its weights are assigned, as they are loaded (_init_meta.py). Units are
+named after their modules' fully qualified names once the outermost module is built.
+`zero_core.initialize` later regroups the shards into its own units, one module at a time.
+Weights changed after the block ends must go through `GatheredParameters(..., modifier_rank=0)`.
 """
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from zero_plugins import ZeroError
 
 from ..accelerator import get_accelerator
 from ..comm import Collectives, ensure_process_group
 from ..config import load_config
 from ..memory import MemoryLedger
+from ._init_meta import MetaModules, meta_parameter_names
 from ._init_mode import InitMode
 from ._init_names import ModelNames
 from ._init_units import InitUnits
@@ -71,8 +74,12 @@ class Init:
         self._units = InitUnits(Collectives(self.ledger), self.ledger, device, self.threshold)
         self._names = ModelNames()
         self._mode = InitMode(self._units, self._names)
+        self._meta = MetaModules(self._units, self._names, self._mode)
         self._patched: list[tuple[type, Any]] = []
         if module is not None:
+            if meta := meta_parameter_names(module):
+                raise ZeroError(f"zero_core.Init(module=...): {', '.join(meta)} on the meta device hold no values to "
+                                "partition; load the weights first, or build the model inside the Init block")
             for child in module.modules():
                 self._units.partition(child)
 
@@ -92,6 +99,7 @@ class Init:
 
         # Init patches classes (here, in __exit__ and in _wrap) with setattr: mypy rejects assigning to a method.
         setattr(torch.nn.Module, "__init_subclass__", classmethod(init_subclass))
+        self._meta.enter()
         # torch leaves TorchFunctionMode's __enter__/__exit__ unannotated; mypy's untyped_calls_exclude
         # (mypy.ini) does not cover calls through a subclass.
         self._mode.__enter__()  # type: ignore[no-untyped-call]
@@ -105,9 +113,11 @@ class Init:
         try:
             if kind is None:
                 self._units.flush()
+                self._meta.check_assigned()
             else:
                 self._units.release()
         finally:
+            self._meta.exit()
             for cls, original in reversed(self._patched):
                 setattr(cls, "__init__", original)
             self._patched.clear()
@@ -149,9 +159,11 @@ class Init:
         with self._mode.paused():
             self._units.flush()
             for child in module.modules():  # its own parameters, and any it registered on built children
-                self._units.partition(child)
+                if not self._meta.defer(child):  # meta parameters: partitioned when their values are assigned
+                    self._units.partition(child)
             if not _depths():  # the outermost module is built: its names are final
                 self._names.root_finished(module, self._units.is_ours)
+                self._meta.root_finished(module)
 
 
 def _depths() -> dict[int, int]:

@@ -35,18 +35,29 @@ class InitUnits:
 
     def partition(self, module: torch.nn.Module) -> None:
         """Partition `module`'s own parameters that are still whole and above the threshold."""
-        params = list(dict.fromkeys(p for p in module._parameters.values()
-                                    if p is not None and unit_of(p) is None and p.numel() > self._threshold))
+        self.partition_params(type(module).__name__, [p for p in module._parameters.values() if p is not None])
+
+    def partition_params(self, name: str, params: list[torch.nn.Parameter], assigned: bool = False) -> None:
+        """Partition those of `params` that are still whole and above the threshold, as unit `name` (one per dtype).
+
+        `assigned`: the values were assigned by the caller (loaded weights, _init_meta.py), who still holds them.
+        """
+        params = list(dict.fromkeys(p for p in params if unit_of(p) is None and p.numel() > self._threshold))
         with torch.no_grad():
             for param in params:
                 if self._comm.world_size > 1:
+                    if assigned and self._comm.rank != 0:
+                        # a loaded tensor may view a private mapping of the checkpoint: writing rank 0's values
+                        # into it would copy its pages, which stay until the whole file is closed
+                        param.data = torch.empty_like(param.data)
                     self._comm.broadcast(param.data)
         whole = [weakref.ref(p.data.untyped_storage()) for p in params]
         for dtype in dict.fromkeys(p.dtype for p in params):
             same = [p for p in params if p.dtype == dtype]
-            unit = ParamUnit(type(module).__name__, same, self._comm, dtype, self._ledger, self._device)
+            unit = ParamUnit(name, same, self._comm, dtype, self._ledger, self._device)
             self._versions[unit] = 0
-        _await_release(whole)
+        if not assigned:  # the caller holds assigned tensors anyway: waiting for gloo to drop them gains nothing
+            _await_release(whole)
 
     def is_ours(self, unit: ParamUnit) -> bool:
         return unit in self._versions
