@@ -9,10 +9,12 @@ are compared to 1e-5. The model
 has a tied embedding, a frozen base under a LoRA adapter and small params that stay whole at
 stage 3; the config's scheduler (WarmupLR) and AdamW's state must come back too, or the
 losses drift. Cases: stage 2 -> stage 3 on 1 and 2 ranks, stage 3 -> stage 2, stage 1 with
-CPU offload -> stage 3 without, and stage 3 with both offloads -> stage 2 on 1 rank.
+CPU offload -> stage 3 without, and stage 3 with both offloads -> stage 2 on 1 rank, and NVMe offload of the optimizer state and
+of the partitions past `max_in_cpu`, saved from and loaded into swap files.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,17 @@ from tied_lora import SEQ, VOCAB, TiedLoRA
 GLOBAL_BATCH, STEPS, SAVED_AT = 4, 6, 3
 CPU = {"offload_optimizer": {"device": "cpu"}}
 BOTH = {**CPU, "offload_param": {"device": "cpu"}}
+NVME_PATH = "<nvme>"  # replaced by a directory where O_DIRECT works, per run
+NVME = {"offload_optimizer": {"device": "nvme", "nvme_path": NVME_PATH, "buffer_count": 6, "pipeline_read": True},
+        "offload_param": {"device": "nvme", "nvme_path": NVME_PATH, "max_in_cpu": 1000, "buffer_size": 4096},
+        "sub_group_size": 700}
 
 
 def _config(stage: int, world_size: int, offload: dict[str, Any]) -> dict[str, Any]:
+    if offload is NVME:
+        swap = os.environ["ZERO_TEST_NVME_PATH"]
+        offload = {**NVME, "offload_optimizer": {**NVME["offload_optimizer"], "nvme_path": swap},
+                   "offload_param": {**NVME["offload_param"], "nvme_path": swap}}
     return {
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size, "gradient_accumulation_steps": 1,
         "gradient_clipping": 1.0,
@@ -91,7 +101,21 @@ CASES: dict[str, tuple[tuple[int, dict[str, Any]], tuple[int, int, dict[str, Any
     "stage1-cpu-offload-to-stage3": ((1, CPU), (3, 2, {})),
     "stage3-both-offloads-to-stage2-1rank": ((3, BOTH), (2, 1, {})),
     "stage2-to-stage3-both-offloads": ((2, {}), (3, 2, BOTH)),
+    "stage3-nvme-to-stage2-1rank": ((3, NVME), (2, 1, {})),
+    "stage1-to-stage3-nvme": ((1, {}), (3, 2, NVME)),
 }
+
+
+def _swap_directory(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A directory where O_DIRECT works: pytest's, else one in the repository (tmpfs refuses O_DIRECT)."""
+    from zero_offload.swap._direct import direct_io_problem
+
+    candidate = tmp_path_factory.mktemp("nvme")
+    if direct_io_problem(str(candidate)) is None:
+        return str(candidate)
+    fallback = Path(__file__).resolve().parents[2] / ".pytest-tmp" / candidate.name
+    fallback.mkdir(parents=True, exist_ok=True)
+    return str(fallback)
 
 
 def _references(rank: int, world_size: int, root: str) -> dict[str, dict[str, Any]]:
@@ -108,8 +132,10 @@ def _resumes(rank: int, world_size: int, root: str) -> dict[str, dict[str, Any]]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     root = str(tmp_path_factory.mktemp("checkpoints"))
-    references = run_ranks(_references, 2, root, timeout=300)[0]
-    resumed = {**run_ranks(_resumes, 2, root, timeout=300)[0], **run_ranks(_resumes, 1, root, timeout=300)[0]}
+    env = {"ZERO_TEST_NVME_PATH": _swap_directory(tmp_path_factory)}
+    references = run_ranks(_references, 2, root, timeout=300, env=env)[0]
+    resumed = {**run_ranks(_resumes, 2, root, timeout=300, env=env)[0],
+               **run_ranks(_resumes, 1, root, timeout=300, env=env)[0]}
     return {name: (references[name], resumed[name]) for name in CASES}
 
 

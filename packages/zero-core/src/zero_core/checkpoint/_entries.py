@@ -13,62 +13,14 @@ of the engine's own buffers, so saving copies nothing in memory and loading writ
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-from torch.distributed._shard.metadata import ShardMetadata
-from torch.distributed._shard.sharded_tensor.api import ShardedTensor
-from torch.distributed._shard.sharded_tensor.shard import Shard
-from zero_plugins import ZeroError
 
-from ..sharding import MasterParams, ZeroOptimizer, param_name
+from ..sharding import MasterParams, SwappedMaster, ZeroOptimizer, param_name
 from ..stage3 import unit_of
-
-Entry = torch.Tensor | ShardedTensor
-
-
-@dataclass
-class _Pieces:
-    numel: int
-    whole: torch.Tensor | None = None  # held whole on every rank
-    parts: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (first element, 1-D view)
-
-
-class EntryBuilder:
-    """Collects, per checkpoint key, the pieces this rank holds; `entries()` makes them DCP state-dict values."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        self._pieces: dict[str, _Pieces] = {}
-
-    def whole(self, key: str, values: torch.Tensor) -> None:
-        self._pieces[key] = _Pieces(values.numel(), whole=values.reshape(-1))
-
-    def part(self, key: str, numel: int, start: int, values: torch.Tensor) -> None:
-        pieces = self._pieces.setdefault(key, _Pieces(numel))
-        if values.numel():
-            pieces.parts.append((start, values))
-
-    def declare(self, key: str, numel: int) -> None:
-        """A sharded key this rank holds nothing of (every rank must take part in making each ShardedTensor)."""
-        self._pieces.setdefault(key, _Pieces(numel))
-
-    def keys(self) -> list[str]:
-        return list(self._pieces)
-
-    def entries(self) -> dict[str, Entry]:
-        """In key order, the same on every rank: making a ShardedTensor is a collective."""
-        out: dict[str, Entry] = {}
-        for key in sorted(self._pieces):
-            pieces = self._pieces[key]
-            if pieces.whole is not None:
-                out[key] = pieces.whole
-                continue
-            shards = [Shard(values, ShardMetadata([start], [values.numel()], f"rank:{self.rank}/{values.device.type}"))
-                      for start, values in pieces.parts]
-            out[key] = ShardedTensor._init_from_local_shards(shards, [pieces.numel])
-        return out
-
+from ._pieces import EntryBuilder
+from ._swapped_entries import add_swapped_master, add_swapped_unit
 
 @dataclass
 class ModelNames:
@@ -95,8 +47,8 @@ def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include
             builder.whole(key, param.data)
             continue
         if unit.swapped is not None:
-            raise ZeroError(f"checkpoints of partitions in swap space (offload_param.device: nvme; {name}) are not "
-                            "available yet; use offload_param.device: cpu for a run that saves checkpoints")
+            add_swapped_unit(builder, key, numel, unit, param, rank)
+            continue
         lo, hi = unit.layout.shard_range(rank)
         builder.declare(key, numel)
         for piece in unit.layout.pieces_in(lo, hi):
@@ -122,9 +74,9 @@ def add_optimizer(builder: EntryBuilder, optimizer: ZeroOptimizer, sharded: bool
     """`master.<fqn>` and, `with_state`, `optim.<state>.<fqn>` for every trainable parameter."""
     for group in optimizer.groups:
         master = group.master
-        if not isinstance(master, MasterParams):
-            raise ZeroError("checkpoints of optimizer state in swap space (offload_optimizer.device: nvme) are not "
-                            "available yet; use offload_optimizer.device: cpu for a run that saves checkpoints")
+        if isinstance(master, SwappedMaster):
+            add_swapped_master(builder, group.layouts, master, with_state)
+            continue
         state_names = sorted({name for param in master.optimizer_params
                               for name, value in optimizer.state.get(param, {}).items()
                               if isinstance(value, torch.Tensor) and value.shape == param.shape}) if with_state else []

@@ -11,7 +11,8 @@ from torch.distributed.checkpoint.state_dict_loader import load
 
 from ._deepspeed_resume import deepspeed_as_zero
 from ._describe import Description, check_model
-from ._entries import EntryBuilder, add_model, add_optimizer
+from ._entries import add_model, add_optimizer
+from ._pieces import EntryBuilder
 from ._publish import resolve_tag
 from ._verify import open_verified
 from ._training import (
@@ -45,8 +46,11 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
     check_model(description, names.params, directory, load_module_strict)
     add_optimizer(builder, engine.optimizer, engine.policy.shards_optimizer_state, with_state=with_state)
     # The master is always loaded: it is the fp32 copy of the weights, and the next step writes it into them.
-    wanted = {key: value for key, value in builder.entries().items() if key in saved_keys}
+    wanted = {key: value for key, value in builder.entries(with_lazy=False).items() if key in saved_keys}
     load(wanted, storage_reader=reader)
+    for targets, write in builder.lazy_batches(saved_keys):  # state in swap files: a batch of keys at a time
+        load(targets, storage_reader=reader)
+        write()
     if not load_module_only:
         if load_optimizer_states:
             restore_optimizer(engine, training, scheduler=load_lr_scheduler_states)

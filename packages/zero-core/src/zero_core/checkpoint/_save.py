@@ -14,7 +14,8 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save
 
 from ._describe import FORMAT, Description
-from ._entries import EntryBuilder, add_model, add_optimizer
+from ._entries import add_model, add_optimizer
+from ._pieces import EntryBuilder
 from ._publish import prepare, publish, staging_directory
 from ._training import TrainingEngine, rng_state, to_bytes, training_state
 
@@ -36,7 +37,8 @@ def save_checkpoint(engine: TrainingEngine, save_dir: str | Path, tag: str | Non
     if rank == 0:
         prepare(save_dir, tag)
     dist.barrier()
-    save(state, storage_writer=FileSystemWriter(staging_directory(save_dir, tag), sync_files=True))
+    save(state, storage_writer=FileSystemWriter(staging_directory(save_dir, tag), sync_files=True),
+         planner=builder.save_planner())
     dist.barrier()
     final = save_dir / tag
     if rank == 0:

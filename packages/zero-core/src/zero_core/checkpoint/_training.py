@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..sharding import StagePolicy, ZeroOptimizer
+from ..sharding import StagePolicy, SwappedMaster, ZeroOptimizer
 
 _COUNTERS = ("global_steps", "global_samples", "micro_steps", "skipped_steps")
 
@@ -78,6 +78,9 @@ def create_optimizer_state(engine: TrainingEngine, names: list[str], steps: list
     (it makes it lazily, at its first step): zeros for each saved state name, and the saved step count."""
     optimizer = engine.optimizer
     for group, step in zip(optimizer.groups, steps):
+        if isinstance(group.master, SwappedMaster):
+            group.master.prepare_state(optimizer.optimizer, names, step)
+            continue
         for param in group.master.optimizer_params:
             state = optimizer.state[param]
             for name in names:

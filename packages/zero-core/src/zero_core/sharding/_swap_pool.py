@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import ConfigError
-from ..offload import SwapSpace, SwapTransfer
+from ..offload import SwapSlot, SwapSpace, SwapTransfer
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,34 @@ class SwapPool:
 
     def release(self, buffers: list[torch.Tensor]) -> None:
         self._free.extend(buffers)
+
+    def read_range(self, slot: SwapSlot, lo: int, hi: int) -> torch.Tensor:
+        """Elements [lo, hi) of a slot, copied out of one buffer (for a checkpoint's piece of it)."""
+        (buffer,) = self.acquire(1, lambda: False)
+        try:
+            self.space.read(slot, buffer[: slot.numel]).wait()
+            return buffer[lo:hi].clone()
+        finally:
+            self.release([buffer])
+
+    def patch(self, slot: SwapSlot, lo: int, values: torch.Tensor) -> None:
+        """Overwrite elements [lo, lo + len(values)) of a slot: read, change, write back (a checkpoint's load)."""
+        (buffer,) = self.acquire(1, lambda: False)
+        try:
+            self.space.read(slot, buffer[: slot.numel]).wait()
+            buffer[lo : lo + values.numel()].copy_(values)
+            self.space.write(slot, buffer[: slot.numel]).wait()
+        finally:
+            self.release([buffer])
+
+    def fill(self, slot: SwapSlot, value: float) -> None:
+        """Write `value` to every element of a slot (new optimizer state a checkpoint is loaded into)."""
+        (buffer,) = self.acquire(1, lambda: False)
+        try:
+            buffer[: slot.numel].fill_(value)
+            self.space.write(slot, buffer[: slot.numel]).wait()
+        finally:
+            self.release([buffer])
 
 
 class SwappedTensor:

@@ -112,6 +112,33 @@ class SwappedMaster:
         for name in sub_group.states:
             state[name] = torch.empty(0)
 
+    # --- checkpoints ---
+    @property
+    def pool(self) -> SwapPool:
+        return self._pool
+
+    def slots_of(self, index: int) -> list[tuple[int, SwapSlot, dict[str, SwapSlot]]]:
+        """Master tensor `index`'s sub-groups: (first element in the tensor, master slot, state slots by name)."""
+        return [(sub.offset, sub.master, sub.states) for sub in self._sub_groups if sub.tensor_index == index]
+
+    def state_names(self) -> list[str]:
+        return sorted({name for sub in self._sub_groups for name in sub.states})
+
+    def prepare_state(self, optimizer: torch.optim.Optimizer, names: list[str], steps: object) -> None:
+        """Zeroed state slots named `names` for every sub-group that lacks them, and the step count, so that a
+        checkpoint's state can be loaded into them before the optimizer's first step."""
+        for sub_group in self._sub_groups:
+            state = optimizer.state[sub_group.param]
+            for name in names:
+                if name not in sub_group.states:
+                    slot = self._pool.space.reserve(f"{sub_group.master.name}.{name}", sub_group.master.numel,
+                                                    torch.float32, "optim.state")
+                    self._pool.fill(slot, 0.0)
+                    sub_group.states[name] = slot
+                    state[name] = torch.empty(0)
+            if isinstance(steps, torch.Tensor):
+                state["step"] = steps.clone()
+
     def new_states(self, sub_group: _SubGroup, state: dict[str, object]) -> list[str]:
         """Param-sized state tensors the optimizer made in this step (its first): each gets a slot."""
         shape = sub_group.param.shape
@@ -141,6 +168,8 @@ class _SwappedStep:
         self.reads: deque[_InFlight] = deque()
         self.writes: deque[_InFlight] = deque()
         self.pending = deque(master._sub_groups)
+        first = master._sub_groups[0] if master._sub_groups else None
+        self.state_count: int | None = len(first.states) if first is not None and first.states else None
         self.stepping: _InFlight | None = None  # read, not yet handed to self.writes
 
     def run(self) -> None:
@@ -161,7 +190,8 @@ class _SwappedStep:
             self._drain()
 
     def _buffers_needed(self, sub_group: _SubGroup) -> int:
-        return 1 + len(sub_group.states)
+        # A sub-group not stepped before gets buffers for the state its first step makes too, once that is known.
+        return 1 + max(len(sub_group.states), self.state_count or 0)
 
     def _read_next(self) -> None:
         sub_group = self.pending.popleft()
@@ -178,8 +208,8 @@ class _SwappedStep:
             self._read_next()
 
     def _reserve(self) -> int:
-        # Keep room for the state a first step creates: it needs buffers before the next read could free any.
-        return 0 if self.master._sub_groups[0].states else self.pool.settings.buffer_count
+        # Until one sub-group has stepped, how many state tensors a step makes is unknown: read nothing ahead.
+        return 0 if self.state_count is not None else self.pool.settings.buffer_count
 
     def _step(self, current: _InFlight) -> None:
         sub_group = current.sub_group
@@ -187,11 +217,13 @@ class _SwappedStep:
         self.master.bind(sub_group, current.buffers, state)
         step_one(self.optimizer, self.group_index, sub_group.param)
         made = self.master.new_states(sub_group, state)
-        if made:
-            self.pool.check_count(self._buffers_needed(sub_group))
-            current.buffers += self.pool.acquire(len(made), self._finish_write)
-            if sub_group is self.master._sub_groups[0]:
-                self._warn_if_shallow(sub_group)
+        self.state_count = len(sub_group.states)
+        missing = 1 + len(sub_group.states) - len(current.buffers)
+        if missing > 0:
+            self.pool.check_count(1 + len(sub_group.states))
+            current.buffers += self.pool.acquire(missing, self._finish_write)
+        if made and sub_group is self.master._sub_groups[0]:
+            self._warn_if_shallow(sub_group)
         numel = sub_group.master.numel
         slots = [sub_group.master, *sub_group.states.values()]
         sources = [sub_group.param.data, *(state[name] for name in sub_group.states)]
