@@ -96,6 +96,41 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_and_latest(tmp_path
     assert (tmp_path / "latest").read_text() == "first"
 
 
+def _async_save_while_training(rank: int, world_size: int, save_dir: str) -> dict[str, Any]:
+    """Save asynchronously, step on at once (the step waits for the snapshot, not the write), then load it back."""
+    import zero_core
+
+    torch.manual_seed(0)
+    engine, _, _, _ = zero_core.initialize(model=Wide(), config=CONFIG)
+    _step(engine)
+    at_save = {k: v.clone() for k, v in engine.module_state_dict().items()}
+    started = time.perf_counter()
+    path = engine.save_checkpoint(save_dir, tag="async", async_save=True)
+    returned = time.perf_counter() - started
+    for _ in range(2):
+        _step(engine)
+    published = engine.wait_for_checkpoint()
+    waited = time.perf_counter() - started
+    moved = any(not torch.equal(v, at_save[k]) for k, v in engine.module_state_dict().items())
+    torch.manual_seed(1)
+    fresh, _, _, _ = zero_core.initialize(model=Wide(), config=CONFIG)
+    fresh.load_checkpoint(save_dir)
+    loaded = {k: v.clone() for k, v in fresh.module_state_dict().items()}
+    fresh.destroy()
+    engine.destroy()
+    return {"path": path, "published": published, "returned": returned, "waited": waited, "moved": moved,
+            "equal": all(torch.equal(loaded[k], v) for k, v in at_save.items())}
+
+
+def test_an_asynchronous_save_holds_the_weights_of_its_call_while_training_goes_on(tmp_path: Path) -> None:
+    result = run_ranks(_async_save_while_training, 2, str(tmp_path), timeout=240)[0]
+    assert result["path"] == result["published"] == str(tmp_path / "async")
+    assert result["moved"], "the steps after the save changed the weights"
+    assert result["equal"], "the checkpoint holds the weights as they were when save_checkpoint was called"
+    assert result["returned"] < result["waited"]
+    assert (tmp_path / "latest").read_text() == "async"
+
+
 def _small_config(stage: int) -> dict[str, Any]:
     return {**CONFIG, "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": HIDDEN}}
 

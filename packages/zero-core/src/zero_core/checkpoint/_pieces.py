@@ -9,6 +9,7 @@ tensors (`lazy_batches`) and written back piece by piece, so neither holds more 
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor.api import ShardedTensor
 from torch.distributed._shard.sharded_tensor.shard import Shard
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
-from torch.distributed.checkpoint.planner import WriteItem
+from torch.distributed.checkpoint.planner import SavePlan, WriteItem
 
 Entry = torch.Tensor | ShardedTensor
 _BATCH_NUMEL = 1 << 24  # elements of the lazy keys read per load call: 64 MiB of fp32 at most
@@ -91,10 +92,10 @@ class EntryBuilder:
                 out[key] = ShardedTensor._init_from_local_shards(shards, [pieces.numel])
         return out
 
-    def save_planner(self) -> LazySavePlanner:
+    def save_planner(self, snapshot: threading.Event | None = None) -> LazySavePlanner:
         readers = {(key, piece.start): piece.read for key, pieces in self._pieces.items()
                    for piece in pieces.lazy or []}
-        return LazySavePlanner(readers)
+        return LazySavePlanner(readers, snapshot)
 
     def lazy_batches(self, saved: set[str]) -> Iterator[tuple[dict[str, torch.Tensor], Callable[[], None]]]:
         """For a load: batches of lazy keys (the same batches on every rank) as plain tensors to load into, each
@@ -123,13 +124,34 @@ class EntryBuilder:
 
 
 class LazySavePlanner(DefaultSavePlanner):
-    """Reads each lazy piece when DCP writes it, so a save of swapped state holds one piece at a time."""
+    """Reads each lazy piece when DCP writes it, so a save of swapped state holds one piece at a time.
 
-    def __init__(self, readers: dict[tuple[str, int], Callable[[], torch.Tensor]]) -> None:
+    With `snapshot` (an asynchronous save), every tensor is copied as DCP takes it, and the event is set
+    once all of this rank's are copied: from then on the engine may change its buffers (the next step
+    waits for it), while the copies are still being written."""
+
+    def __init__(self, readers: dict[tuple[str, int], Callable[[], torch.Tensor]],
+                 snapshot: threading.Event | None = None) -> None:
         super().__init__()
         self._readers = readers
+        self._snapshot = snapshot
+        self._remaining = 0
+
+    def finish_plan(self, new_plan: SavePlan) -> SavePlan:
+        plan = super().finish_plan(new_plan)
+        self._remaining = len(plan.items)
+        if self._snapshot is not None and self._remaining == 0:
+            self._snapshot.set()
+        return plan
 
     def resolve_data(self, write_item: WriteItem) -> torch.Tensor | io.BytesIO:
         offset = write_item.index.offset
         read = self._readers.get((write_item.index.fqn, int(offset[0]) if offset is not None else -1))
-        return read() if read is not None else super().resolve_data(write_item)
+        data = read() if read is not None else super().resolve_data(write_item)
+        if self._snapshot is not None:
+            if isinstance(data, torch.Tensor) and read is None:
+                data = data.clone()  # the engine's own buffer: the next step will change it
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._snapshot.set()
+        return data

@@ -1,12 +1,17 @@
-"""engine.save_checkpoint: every rank writes its pieces through DCP, rank 0 describes and publishes."""
+"""engine.save_checkpoint: every rank writes its pieces through DCP, rank 0 describes and publishes.
+
+A save is two halves: `begin_save` (collective: what to write, the staging directory) and `write_save`
+(the data, the description, the publishing), which an asynchronous save runs on a thread (_async.py).
+"""
 from __future__ import annotations
 
 import io
 import json
 import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
 
 import torch
 import torch.distributed as dist
@@ -14,16 +19,29 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save
 
 from ._describe import FORMAT, Description
-from ._entries import add_model, add_optimizer
+from ._entries import ModelNames, add_model, add_optimizer
 from ._pieces import EntryBuilder
 from ._publish import prepare, publish, staging_directory
 from ._training import TrainingEngine, rng_state, to_bytes, training_state
 
 
-def save_checkpoint(engine: TrainingEngine, save_dir: str | Path, tag: str | None = None,
-                    client_state: dict[str, Any] | None = None, save_latest: bool = True,
-                    exclude_frozen_parameters: bool = False) -> Path:
-    """Save to `<save_dir>/<tag>` (default tag `global_step<N>`, as DeepSpeed); every rank must call it."""
+@dataclass
+class PendingSave:
+    """A save whose tensors are gathered (views of the engine's buffers) and whose staging directory exists."""
+
+    engine: TrainingEngine
+    save_dir: Path
+    tag: str
+    save_latest: bool
+    exclude_frozen: bool
+    builder: EntryBuilder
+    names: ModelNames
+    state: dict[str, Any]
+
+
+def begin_save(engine: TrainingEngine, save_dir: str | Path, tag: str | None, client_state: dict[str, Any] | None,
+          save_latest: bool, exclude_frozen_parameters: bool) -> PendingSave:
+    """The collective first half of every save: gather what to write, and make the staging directory."""
     save_dir = Path(save_dir)
     tag = str(tag) if tag is not None else f"global_step{engine.global_steps}"
     rank = engine.global_rank
@@ -37,19 +55,28 @@ def save_checkpoint(engine: TrainingEngine, save_dir: str | Path, tag: str | Non
     if rank == 0:
         prepare(save_dir, tag)
     dist.barrier()
-    save(state, storage_writer=FileSystemWriter(staging_directory(save_dir, tag), sync_files=True),
-         planner=builder.save_planner())
-    dist.barrier()
+    return PendingSave(engine, save_dir, tag, save_latest, exclude_frozen_parameters, builder, names, state)
+
+
+def write_save(pending: PendingSave, group: dist.ProcessGroup | None = None,
+          snapshot: threading.Event | None = None) -> Path:
+    """The second half: every rank writes its pieces, then rank 0 describes and publishes. `group`: the
+    process group its collectives use (an asynchronous save's own, so they never meet training's)."""
+    engine, save_dir, tag = pending.engine, pending.save_dir, pending.tag
+    staging = staging_directory(save_dir, tag)
+    save(pending.state, storage_writer=FileSystemWriter(staging, sync_files=True, thread_count=1),
+         planner=pending.builder.save_planner(snapshot), process_group=group)
+    dist.barrier(group=group)
     final = save_dir / tag
-    if rank == 0:
-        _write_hf_config(engine.module, staging_directory(save_dir, tag))
+    if engine.global_rank == 0:
+        _write_hf_config(engine.module, staging)
+        names = pending.names
         Description(FORMAT, tag, engine.world_size, engine.policy.stage, str(engine.compute_dtype).removeprefix("torch."),
-                    names.params, exclude_frozen_parameters, _state_names(builder.keys()),
-                    sum(1 for v in state.values() if not isinstance(v, io.BytesIO)), names.buffers,
-                    names.tied).write(
-            staging_directory(save_dir, tag))
-        final = publish(save_dir, tag, save_latest)
-    dist.barrier()
+                    names.params, pending.exclude_frozen, _state_names(pending.builder.keys()),
+                    sum(1 for v in pending.state.values() if not isinstance(v, io.BytesIO)), names.buffers,
+                    names.tied).write(staging)
+        final = publish(save_dir, tag, pending.save_latest)
+    dist.barrier(group=group)
     return final
 
 

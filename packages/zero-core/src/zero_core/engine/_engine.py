@@ -13,7 +13,7 @@ from ..accelerator import pinned_stats
 from ..comm import Collectives
 from ..memory import MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
-from ..checkpoint import load_checkpoint, save_checkpoint
+from ..checkpoint import AsyncSaver, begin_save, load_checkpoint, write_save
 from ..stage3 import GatherCoordinator, GatheringPasses
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class ZeroEngine(torch.nn.Module):
         self._reducer = parts.reducer
         self._passes = parts.passes
         self._homes = parts.homes
+        self._saver = AsyncSaver()
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -113,6 +114,7 @@ class ZeroEngine(torch.nn.Module):
         """
         self._step_applied = False
         if self.is_gradient_accumulation_boundary():
+            self._saver.wait_for_snapshot()  # an asynchronous save still copying the weights the step changes
             with self.ledger.phase("step"):
                 applied = self.optimizer.step()
             self._step_applied = applied
@@ -176,16 +178,28 @@ class ZeroEngine(torch.nn.Module):
     # --- checkpoints ---
     def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: str | None = None,
                         client_state: dict[str, Any] | None = None, save_latest: bool = True,
-                        exclude_frozen_parameters: bool = False) -> str:
+                        exclude_frozen_parameters: bool = False, async_save: bool = False) -> str:
         """DeepSpeed's call: the whole training state to `<save_dir>/<tag>` (docs/checkpoints.md). Every rank calls
-        it; what it writes loads at any world size and stage."""
-        return str(save_checkpoint(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters))
+        it; what it writes loads at any world size and stage. `async_save=True` (zero's own) returns once the
+        save has begun and writes it while training goes on; `wait_for_checkpoint()` waits for it."""
+        pending = begin_save(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters)
+        if async_save:
+            self._saver.start(pending)
+            return str(pending.save_dir / pending.tag)
+        self._saver.wait()
+        return str(write_save(pending))
+
+    def wait_for_checkpoint(self) -> str | None:
+        """Block until an asynchronous save is published; its directory, or None when none was started."""
+        last = self._saver.wait()
+        return str(last) if last is not None else None
 
     def load_checkpoint(self, load_dir: str | os.PathLike[str], tag: str | None = None,
                         load_module_strict: bool = True, load_optimizer_states: bool = True,
                         load_lr_scheduler_states: bool = True,
                         load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
         """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
+        self._saver.wait()
         return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                load_lr_scheduler_states, load_module_only)
 
@@ -219,7 +233,8 @@ class ZeroEngine(torch.nn.Module):
 
     def destroy(self) -> None:
         """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model, and release
-        what offload devices hold outside memory (NVMe swap files)."""
+        what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished."""
+        self._saver.wait()
         self._reducer.remove_hooks()
         self._passes.remove_hooks()
         self._homes.close()

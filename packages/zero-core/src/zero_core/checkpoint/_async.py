@@ -1,0 +1,64 @@
+"""Asynchronous saves: training goes on while a checkpoint is written.
+
+`save_checkpoint(..., async_save=True)` gathers what to save and makes the staging directory
+with every rank (as a synchronous save does), then returns; a thread per rank writes the
+data through DCP on a process group of its own, copying each tensor as DCP takes it. The
+copies pass through DCP's writer one file at a time (`thread_count=1`, its copy-ahead of
+about 10 MB), so the staging memory is bounded, not a copy of the whole state. Forward and
+backward run meanwhile; the next optimizer step waits until every tensor has been copied
+(`wait_for_snapshot`), since it changes them. Publishing (`latest` last) happens in the
+thread once every rank's data is durable, exactly as a synchronous save publishes. An error
+in the thread is raised by the next save, `wait()`, or `destroy()`.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch.distributed as dist
+
+from ._save import PendingSave, write_save
+
+
+class AsyncSaver:
+    def __init__(self) -> None:
+        self._group: dist.ProcessGroup | None = None
+        self._thread: threading.Thread | None = None
+        self._snapshot = threading.Event()
+        self._snapshot.set()
+        self._error: BaseException | None = None
+        self.last: Path | None = None  # the directory the last finished save published
+
+    def start(self, pending: PendingSave) -> None:
+        self.wait()
+        if self._group is None:
+            self._group = dist.new_group(backend="gloo")  # collective: every rank is in save_checkpoint now
+        self._snapshot = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(pending,), name="zero-checkpoint", daemon=True)
+        self._thread.start()
+
+    def wait_for_snapshot(self) -> None:
+        """Block until the running save has copied every tensor it writes (before a step changes them)."""
+        self._snapshot.wait()
+        self._raise()
+
+    def wait(self) -> Path | None:
+        """Block until the running save is published; returns its directory (None if none ran)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._raise()
+        return self.last
+
+    def _run(self, pending: PendingSave) -> None:
+        try:
+            self.last = write_save(pending, self._group, self._snapshot)
+        except BaseException as error:  # noqa: BLE001 - handed to the training thread by wait()
+            self._error = error
+        finally:
+            self._snapshot.set()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
