@@ -80,3 +80,15 @@ def wait_until_freed(engine: Any, categories: tuple[str, ...], timeout: float = 
     while any(engine.ledger.current(c) for c in categories):
         assert time.monotonic() < deadline, f"{', '.join(categories)} still alive long after the engine freed them"
         time.sleep(0.001)
+
+
+def module_numels(model: torch.nn.Module) -> list[int]:
+    """Elements of each module's own parameters (a tied one counts for its first module): one unit each."""
+    seen: set[int] = set()
+    numels = []
+    for module in model.modules():
+        own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
+        seen.update(map(id, own))
+        if own:
+            numels.append(sum(p.numel() for p in own))
+    return numels

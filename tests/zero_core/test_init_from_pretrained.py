@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from zero_plugins import ZeroError
 
+from engine_helpers import module_numels
+
 SEED = 1234
 CONFIG = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
@@ -48,18 +50,6 @@ def _save(name: str, path: Path) -> None:
         weights = load_file(file)
         del weights["embed_out.weight"]
         save_file(weights, file, metadata={"format": "pt"})
-
-
-def module_numels(model: nn.Module) -> list[int]:
-    """Elements of each module's own parameters (a tied one counts for its first module): one unit each."""
-    seen: set[int] = set()
-    numels = []
-    for module in model.modules():
-        own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
-        seen.update(map(id, own))
-        if own:
-            numels.append(sum(p.numel() for p in own))
-    return numels
 
 
 def _logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from zero_plugins import ZeroError
 
+from engine_helpers import module_numels
+
 SEED = 1234
 HIDDEN = 32
 VOCAB = 100
@@ -160,18 +162,6 @@ def _run(rank: int, world_size: int) -> dict[str, Any]:
         numels[name] = module_numels(eager)
     losses = {with_init: _first_loss(rank, with_init) for with_init in (True, False)}
     return {"states": states, "peaks": peaks, "numels": numels, "losses": losses, "unit_names": unit_names}
-
-
-def module_numels(model: nn.Module) -> list[int]:
-    """Elements of each module's own parameters (a tied one counts for its first module): one unit each."""
-    seen: set[int] = set()
-    numels = []
-    for module in model.modules():
-        own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
-        seen.update(map(id, own))
-        if own:
-            numels.append(sum(p.numel() for p in own))
-    return numels
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from zero_plugins import CommandResult, CommandTable, hookimpl
+from zero_plugins import CommandResult, CommandTable, add_action_json_flag, hookimpl
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator
@@ -57,7 +57,7 @@ def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
                     "exits 1 if a checkpoint is incomplete.")
     inspect.add_argument("dir", metavar="DIR", help="the save_dir given to engine.save_checkpoint")
     inspect.add_argument("--tag", help="only this tag")
-    _json_flag(inspect)
+    add_action_json_flag(inspect)
     export = actions.add_parser(
         "export", help="write a checkpoint's weights as safetensors shards that from_pretrained loads",
         description="Write a checkpoint's weights to OUT as a Hugging Face model directory: safetensors shards "
@@ -70,7 +70,7 @@ def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                         help="dtype of the written weights (default fp32)")
     export.add_argument("--max-shard-size", default="2GB", help="largest shard, as Hugging Face's (default 2GB)")
-    _json_flag(export)
+    add_action_json_flag(export)
     imported = actions.add_parser(
         "import", help="convert a DeepSpeed checkpoint (stages 1-3, any world size) into a zero checkpoint",
         description="Read one tag of a DeepSpeed 0.19.8 checkpoint (ZeRO 1-3, fp32/bf16/fp16, any number of ranks) "
@@ -78,13 +78,7 @@ def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     imported.add_argument("dir", metavar="DS_DIR", help="DeepSpeed's save_dir, or one of its tag directories")
     imported.add_argument("out", metavar="OUT", help="the zero save_dir to write into (created if needed)")
     imported.add_argument("--tag", help="the DeepSpeed tag to import (default: the one `latest` names)")
-    _json_flag(imported)
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    # `zero checkpoint --json inspect` sets it on the parent parser; SUPPRESS keeps this default from undoing that.
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print the report as JSON alone on stdout")
+    add_action_json_flag(imported)
 
 
 def _run_checkpoint(args: argparse.Namespace) -> CommandResult:

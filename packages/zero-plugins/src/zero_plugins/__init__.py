@@ -1,5 +1,5 @@
 """Plugin machinery shared by the zero-* packages (pluggy project and entry-point group `zero`)."""
-from ._commands import AddArguments, CommandTable, RunCommand
+from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
 from ._errors import PluginError, ZeroError
 from ._hooks import plain_hookimpls
@@ -22,6 +22,7 @@ __all__ = [
     "AddArguments",
     "CommandResult",
     "CommandTable",
+    "add_action_json_flag",
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",

@@ -30,3 +30,12 @@ class CommandTable(Protocol):
         json_flag: bool = ...,
     ) -> None:
         """Register `zero NAME`; see zero_cli.CommandSet.add_command."""
+
+
+def add_action_json_flag(parser: argparse.ArgumentParser) -> None:
+    """`--json` on an action's subparser (`zero swap bench --json`) as well as on its command's.
+
+    `zero swap --json check` sets it on the command's parser; SUPPRESS keeps this default from undoing that.
+    """
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print the report as JSON alone on stdout")

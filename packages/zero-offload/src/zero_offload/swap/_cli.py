@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from zero_plugins import CommandResult, format_table
+from zero_plugins import CommandResult, add_action_json_flag, format_table
 
 from ._direct import BUFFERED_ENV, buffered_from_env, direct_io_problem, filesystem_type
 from ._errors import SwapError
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                description="List the swap backends (ZERO_SWAP_BACKEND selects one), and with "
                                            "--path whether that directory can do O_DIRECT.")
     check.add_argument("--path", metavar="DIR", help="also check that swap files in DIR can use O_DIRECT")
-    _json_flag(check)
+    add_action_json_flag(check)
     bench = actions.add_parser(
         "bench", help="measure the selected backend's read and write bandwidth against raw O_DIRECT",
         description="Write then read a file through the selected swap backend with the aio settings, and measure "
@@ -41,13 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_argument("--block-sizes", help="--sweep: block sizes to try (default 128K,1M,4M,8M)")
     bench.add_argument("--queue-depths", help="--sweep: queue depths to try (default 1,4,8,16,32)")
     bench.add_argument("--thread-counts", help="--sweep: thread counts to try (default 1,2)")
-    _json_flag(bench)
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    # `zero swap --json check` sets it on the parent parser; SUPPRESS keeps this default from undoing that.
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print the report as JSON alone on stdout")
+    add_action_json_flag(bench)
 
 
 def run(args: argparse.Namespace) -> CommandResult:
