@@ -177,7 +177,6 @@ def test_ignored_keys_give_one_warning_naming_each_path():
         "fp16.auto_cast",
         "zero_allow_untested_optimizer",
         "communication_data_type",
-        "activation_checkpointing",
         "flops_profiler",
         "tensorboard",
         "zero_optimization.round_robin_gradients",

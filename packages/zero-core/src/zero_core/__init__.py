@@ -3,7 +3,8 @@
 Exports load on first use (see zero_plugins.lazy_exports) so that loading the `zero`
 entry point, which imports this package, does not import torch.
 """
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from zero_plugins import lazy_exports
 
@@ -30,9 +31,23 @@ _EXPORTS = {
     "HeldParametersWarning": ".stage3",
 }
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+_export, _dir = lazy_exports(__name__, _EXPORTS)
+# Subpackages reached as attributes after `import zero_core`, as `deepspeed.checkpointing` is.
+_SUBPACKAGES = ("checkpointing",)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    return _export(name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*_dir(), *_SUBPACKAGES})
+
 
 if TYPE_CHECKING:
+    from . import checkpointing
     from .accelerator import Accelerator, get_accelerator, see_memory_usage, set_accelerator
     from .checkpoint import get_fp32_state_dict_from_zero_checkpoint
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
@@ -40,4 +55,4 @@ if TYPE_CHECKING:
     from .memory import MemoryLedger, MemoryReport, StorageTracker
     from .stage3 import GatheredParameters, HeldParametersWarning, Init
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS, *_SUBPACKAGES]

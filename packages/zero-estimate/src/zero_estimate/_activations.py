@@ -5,8 +5,11 @@ Per layer, with 16-bit activations, s tokens, micro-batch b, hidden size h and a
     s*b*h*34 + 5*a*s*s*b  bytes          (the paper's sbh(34 + 5as/h))
 The 5as^2b term is attention's softmax, its dropout mask and output; FlashAttention keeps
 none of them, and selective recomputation recomputes them in backward: both leave 34sbh.
-Full checkpointing keeps only each layer's 16-bit input (2sbh) and rebuilds one layer at a
-time. The logits add s*b*V values in 16 bits, and the loss an fp32 log-softmax of the same size.
+Full checkpointing keeps only each checkpoint's 16-bit input (2sbh): one per layer, or with a
+checkpoint every k layers ceil(n/k) of them (DeepSpeed's number_checkpoints), and rebuilds one
+checkpoint's k layers at a time in backward. cpu_checkpointing keeps those inputs in pinned
+host memory instead of the GPU. The logits add s*b*V values in 16 bits, and the loss an fp32
+log-softmax of the same size.
 ZeRO partitions none of this: every GPU holds its own micro-batch's activations.
 """
 from __future__ import annotations
@@ -35,11 +38,29 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
         what = "activations of every layer, attention core recomputed (selective checkpointing)"
         lines.add("activations", "gpu", what, layers * linear_terms, FORWARD_BACKWARD)
     else:
-        what = "checkpointed layer inputs (full checkpointing)"
-        lines.add("activations", "gpu", what, layers * (Q.const(2 * scale) * s * b * h), FORWARD_BACKWARD)
-        what = f"one layer's activations, rebuilt at a time ({attention})"
-        lines.add("activations", "gpu", what, full_layer, FORWARD_BACKWARD)
+        _checkpointed(lines, shape, training, Q.const(2 * scale) * s * b * h, full_layer, attention)
     logits = s * b * vocab * (Q.const(training.param_bytes) + 4)
     what = f"logits ({'16-bit' if training.mixed else 'fp32'}) and the loss's fp32 log-softmax"
     lines.add("activations", "gpu", what, logits, FORWARD_BACKWARD)
     return lines
+
+
+def _checkpointed(
+    lines: Lines, shape: TransformerShape, training: Training, one_input: Q, full_layer: Q, attention: str
+) -> None:
+    """Full checkpointing: one stored input per checkpoint, and one checkpoint's layers rebuilt at a time."""
+    every = training.checkpoint_every
+    checkpoints = Q.var("nc", training.number_checkpoints(shape.num_layers))
+    if training.cpu_checkpointing:
+        where = "host.pinned"
+        what = "checkpointed layer inputs, one per checkpoint, in pinned host memory (cpu_checkpointing)"
+    else:
+        where, what = "gpu", "checkpointed layer inputs, one per checkpoint (full checkpointing)"
+    lines.add("activations", where, what, checkpoints * one_input, FORWARD_BACKWARD)
+    rebuilt = min(every, shape.num_layers)
+    if rebuilt == 1:
+        what = f"one layer's activations, rebuilt at a time ({attention})"
+        lines.add("activations", "gpu", what, full_layer, FORWARD_BACKWARD)
+    else:
+        what = f"one checkpoint's {rebuilt} layers' activations, rebuilt at a time ({attention})"
+        lines.add("activations", "gpu", what, Q.var("k", rebuilt) * full_layer, FORWARD_BACKWARD)

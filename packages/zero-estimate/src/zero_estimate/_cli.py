@@ -50,7 +50,7 @@ def run_estimate(args: argparse.Namespace) -> CommandResult:
     cluster = _cli_args.cluster_from_args(args)
     if args.ds_compat:
         return _ds_compat(model, cluster.gpus_per_node, cluster.nodes, args.additional_buffer_factor)
-    training = _cli_args.training_from_args(args)
+    training = _cli_args.training_from_args(args, model)
     results = [
         estimate(model, cluster, training, _cli_args.zero_from_args(args, stage)) for stage in _stages(args)
     ]
@@ -128,7 +128,7 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
     )
     model = _cli_args.model_from_args(args)
     cluster = _cli_args.cluster_from_args(args)
-    training = _cli_args.training_from_args(args)
+    training = _cli_args.training_from_args(args, model)
     base = _cli_args.zero_from_args(args, stage=3)  # bucket sizes and bounds; the plan sets stage and offload
     result = plan(model, cluster, limits, training, base)
     data = {

@@ -32,6 +32,9 @@ FLAGS = {
     "seq_len": "--seq-len",
     "grad_accum": "--grad-accum",
     "checkpointing": "--checkpointing",
+    "checkpoint_every": "--checkpoint-every",
+    "number_checkpoints": "--number-checkpoints",
+    "cpu_checkpointing": "--cpu-checkpointing",
     "stage": "--stage",
     "offload_optimizer": "--offload-optimizer",
     "offload_param": "--offload-param",
@@ -88,7 +91,18 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
     training.add_argument("--micro-batch", metavar="N", default="1", help="micro-batch per GPU (default 1)")
     training.add_argument("--seq-len", metavar="N", help="tokens per sample (default 2048, or the model's maximum)")
     training.add_argument("--grad-accum", metavar="N", default="1", help="gradient accumulation steps (default 1)")
-    training.add_argument("--checkpointing", metavar="MODE", default="none", help=_one_of(CHECKPOINTING, "none"))
+    training.add_argument("--checkpointing", metavar="MODE", help=_one_of(CHECKPOINTING, "none"))
+    training.add_argument(
+        "--checkpoint-every", metavar="K", help="full checkpointing, one checkpoint every K layers (default 1)"
+    )
+    training.add_argument(
+        "--number-checkpoints",
+        metavar="N",
+        help="full checkpointing, N checkpoints over the layers (DeepSpeed's number_checkpoints): K = ceil(layers/N)",
+    )
+    training.add_argument(
+        "--cpu-checkpointing", action="store_true", help="full checkpointing, checkpointed inputs in pinned host memory"
+    )
     training.add_argument("--flash-attention", action="store_true", help="attention keeps no s x s scores")
     zero = parser.add_argument_group("ZeRO (zero_optimization keys; DeepSpeed's defaults)")
     if offload:
@@ -159,16 +173,39 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
     return Cluster(parse_count(args.gpus, "--gpus"), parse_count(args.nodes, "--nodes"))
 
 
-def training_from_args(args: argparse.Namespace) -> Training:
+def training_from_args(args: argparse.Namespace, model: ModelSpec | None = None) -> Training:
+    """The training loop; `model` gives the layer count --number-checkpoints divides."""
+    every, checkpointing = _checkpoint_every(args, model), args.checkpointing
+    if checkpointing is None:  # --checkpoint-every, --number-checkpoints and --cpu-checkpointing imply full
+        checkpointing = "full" if every is not None or args.cpu_checkpointing else "none"
     return Training(
         precision=_checks.choice(args.precision, "--precision", PRECISION_BYTES),
         optimizer=_checks.choice(args.optimizer, "--optimizer", OPTIMIZERS),
         micro_batch=parse_count(args.micro_batch, "--micro-batch"),
         seq_len=_optional_count(args.seq_len, "--seq-len"),
         grad_accum=parse_count(args.grad_accum, "--grad-accum"),
-        checkpointing=_checks.choice(args.checkpointing, "--checkpointing", CHECKPOINTING),
+        checkpointing=_checks.choice(checkpointing, "--checkpointing", CHECKPOINTING),
         flash_attention=args.flash_attention,
+        checkpoint_every=1 if every is None else every,
+        cpu_checkpointing=args.cpu_checkpointing,
     )
+
+
+def _checkpoint_every(args: argparse.Namespace, model: ModelSpec | None) -> int | None:
+    if args.checkpoint_every is not None and args.number_checkpoints is not None:
+        raise EstimateError("--checkpoint-every and --number-checkpoints both given; pass one of them")
+    if args.checkpoint_every is not None:
+        return parse_count(args.checkpoint_every, "--checkpoint-every")
+    if args.number_checkpoints is None:
+        return None
+    number = parse_count(args.number_checkpoints, "--number-checkpoints")
+    if model is None or model.shape is None:
+        needs = "needs the model's layers (--preset, --config, or --layers with --params)"
+        raise EstimateError(needs, "number_checkpoints")
+    layers = model.shape.num_layers
+    if number > layers:
+        raise EstimateError(f"must be at most the model's {layers} layers (got {number})", "number_checkpoints")
+    return -(-layers // number)
 
 
 def zero_from_args(args: argparse.Namespace, stage: int) -> ZeroSettings:

@@ -73,6 +73,9 @@ class Estimate:
             "stage": self.zero.stage,
             "offload_optimizer": self.zero.offload_optimizer,
             "offload_param": self.zero.offload_param,
+            "activation_checkpointing": self.training.checkpointing_dict(
+                self.model.shape.num_layers if self.model.shape else None
+            ),
             "phases": {phase: {d: self.total(d, phase) for d in REPORT_DEVICES} for phase in PHASES},
             "peak": {d: dict(zip(("phase", "bytes"), self.peak(d))) for d in REPORT_DEVICES},
             "lines": [line.as_dict() for line in self.lines],

@@ -63,8 +63,10 @@ class Candidate:
 
     def as_dict(self) -> dict[str, object]:
         e = self.estimate
+        layers = e.model.shape.num_layers if e.model.shape else None
         return {
             "zero_optimization": self.ds_config(),
+            "activation_checkpointing": e.training.checkpointing_dict(layers),
             "gpu_peak": dict(zip(("phase", "bytes"), e.peak("gpu"))),
             "cpu_peak_per_node": e.peak("cpu")[1],
             "pinned_peak_per_node": e.peak("pinned")[1],
@@ -96,9 +98,26 @@ def plan(
 ) -> Plan:
     """Try every stage and offload combination (NVMe only when `limits.nvme` is given).
 
+    When a configuration misses the GPU by no more than its activations and `training` does not
+    checkpoint fully, the same ladder is tried again checkpointing every layer; those candidates
+    come after every one without it (recomputation costs one more forward per step).
+
     `base` supplies the bucket sizes and other settings; its stage and offload are replaced.
     """
-    base = base or ZeroSettings()
+    base, training = base or ZeroSettings(), training or Training()
+    candidates = _ladder(model, cluster, limits, training, base)
+    if _activations_miss(candidates) and training.checkpointing != "full" and model.shape is not None:
+        # Checkpointing as a lever: the whole ladder again, checkpointing every layer (one more forward).
+        checkpointed = replace(training, checkpointing="full", checkpoint_every=1)
+        candidates += _ladder(model, cluster, limits, checkpointed, base)
+    fits = [c for c in candidates if c.fits]
+    misses = sorted((c for c in candidates if not c.fits), key=lambda c: c.shortfall(limits))
+    return Plan(limits, fits, misses)
+
+
+def _ladder(
+    model: ModelSpec, cluster: Cluster, limits: Limits, training: Training, base: ZeroSettings
+) -> list[Candidate]:
     candidates = []
     for optimizer_device, param_device, stages in LADDER:
         if "nvme" in (optimizer_device, param_device) and limits.nvme is None:
@@ -107,9 +126,18 @@ def plan(
             zero = replace(base, stage=stage, offload_optimizer=optimizer_device, offload_param=param_device)
             result = estimate(model, cluster, training, zero)
             candidates.append(Candidate(result, _over(result, limits)))
-    fits = [c for c in candidates if c.fits]
-    misses = sorted((c for c in candidates if not c.fits), key=lambda c: c.shortfall(limits))
-    return Plan(limits, fits, misses)
+    return candidates
+
+
+def _activations_miss(candidates: list[Candidate]) -> bool:
+    """Some configuration misses the GPU by no more than its activations: only they can close the gap."""
+    for c in candidates:
+        over = c.over.get("gpu")
+        if over is not None:
+            activations = c.estimate.by_category("gpu", c.estimate.peak("gpu")[0]).get("activations", 0)
+            if activations >= over:
+                return True
+    return False
 
 
 def _over(result: Estimate, limits: Limits) -> dict[str, int]:

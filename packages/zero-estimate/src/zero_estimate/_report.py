@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from zero_plugins import format_table
 
 from ._estimate import Estimate
+from ._levers import dominates_text
+from ._settings import Training
 from ._lines import CATEGORIES, LOCATIONS, PHASES
 from ._units import gib, human_count
 
@@ -44,6 +46,8 @@ SYMBOLS = {
     "h": "hidden size",
     "a": "attention heads",
     "n": "transformer layers",
+    "nc": "activation checkpoints: ceil(n/k) with a checkpoint every k layers (DeepSpeed's number_checkpoints)",
+    "k": "layers per activation checkpoint, rebuilt together in backward",
     "V": "vocabulary size",
 }
 
@@ -64,9 +68,19 @@ def describe(estimate: Estimate) -> str:
     setup = (
         f"{cluster.nodes} {nodes} x {cluster.gpus_per_node} {gpus}; {precision}, {training.optimizer}; "
         f"micro-batch {training.micro_batch} x {estimate.seq_len} tokens, gradient accumulation {training.grad_accum}; "
-        f"activation checkpointing {training.checkpointing}{', flash attention' if training.flash_attention else ''}"
+        f"activation checkpointing {_checkpointing_words(training)}"
+        f"{', flash attention' if training.flash_attention else ''}"
     )
     return "".join(parts) + "\n" + setup
+
+
+def _checkpointing_words(training: Training) -> str:
+    words = training.checkpointing
+    if training.checkpointing == "full":
+        words += " (every layer)" if training.checkpoint_every == 1 else f" (every {training.checkpoint_every} layers)"
+        if training.cpu_checkpointing:
+            words += ", inputs in pinned host memory"
+    return words
 
 
 def phase_table(estimates: Sequence[Estimate]) -> str:
@@ -157,6 +171,7 @@ def report_text(estimates: Sequence[Estimate], *, with_explain: bool) -> str:
     parts = [describe(estimates[0]), phase_table(estimates), category_table(estimates), host_table(estimates)]
     if with_explain:
         parts.append(explain(estimates))
+        parts.extend(dominates_text(e) for e in estimates)
     if notes(estimates):
         parts.append("\n".join(f"note: {note}" for note in notes(estimates)))
     return "\n\n".join(parts)

@@ -45,6 +45,11 @@ class Training:
 
     seq_len None means 2048, or the model's learned positions if fewer.
     flash_attention: attention that keeps no s x s scores (FlashAttention, SDPA).
+    checkpointing "full": each checkpoint keeps only its first layer's input and rebuilds its
+    layers in backward. checkpoint_every: layers per checkpoint (1: every layer); a model of
+    n layers makes ceil(n/k) checkpoints, DeepSpeed's `number_checkpoints`.
+    cpu_checkpointing: the checkpointed inputs are kept in pinned host memory, not on the GPU
+    (DeepSpeed's `activation_checkpointing.cpu_checkpointing`).
     """
 
     precision: str = "bf16"
@@ -54,6 +59,8 @@ class Training:
     grad_accum: int = 1
     checkpointing: str = "none"
     flash_attention: bool = False
+    checkpoint_every: int = 1
+    cpu_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         _checks.choice(self.precision, "precision", PRECISION_BYTES)
@@ -63,6 +70,14 @@ class Training:
             _checks.count(self.seq_len, "seq_len")
         _checks.count(self.grad_accum, "grad_accum")
         _checks.choice(self.checkpointing, "checkpointing", CHECKPOINTING)
+        _checks.count(self.checkpoint_every, "checkpoint_every")
+        if self.checkpointing != "full" and (self.checkpoint_every != 1 or self.cpu_checkpointing):
+            what = "checkpoint_every" if self.checkpoint_every != 1 else "cpu_checkpointing"
+            raise EstimateError(
+                f"needs full activation checkpointing (got checkpointing {self.checkpointing!r}); "
+                "set checkpointing to 'full'",
+                what,
+            )
 
     @property
     def param_bytes(self) -> int:
@@ -72,6 +87,19 @@ class Training:
     def mixed(self) -> bool:
         """16-bit compute with an fp32 master copy for the optimizer."""
         return self.precision != "fp32"
+
+    def number_checkpoints(self, num_layers: int) -> int:
+        """Checkpoints a model of `num_layers` makes per forward: ceil(n/k) with full checkpointing, else 0."""
+        return -(-num_layers // self.checkpoint_every) if self.checkpointing == "full" else 0
+
+    def checkpointing_dict(self, num_layers: int | None) -> dict[str, object]:
+        """The activation-checkpointing inputs, for JSON output."""
+        return {
+            "checkpointing": self.checkpointing,
+            "checkpoint_every": self.checkpoint_every,
+            "number_checkpoints": None if num_layers is None else self.number_checkpoints(num_layers),
+            "cpu_checkpointing": self.cpu_checkpointing,
+        }
 
 
 @dataclass(frozen=True)

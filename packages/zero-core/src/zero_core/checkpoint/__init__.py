@@ -1,11 +1,33 @@
-"""Checkpoints: save and load an engine's whole training state at any world size and stage (docs/checkpoints.md)."""
-from ._async import AsyncSaver
-from ._cli import checkpoint_command
-from ._export import export_checkpoint
-from ._inspect import inspect_checkpoints
-from ._load import load_checkpoint
-from ._read import get_fp32_state_dict_from_zero_checkpoint
-from ._save import begin_save, write_save
+"""Checkpoints: save and load an engine's whole training state at any world size and stage (docs/checkpoints.md).
 
-__all__ = ["AsyncSaver", "begin_save", "checkpoint_command", "export_checkpoint", "get_fp32_state_dict_from_zero_checkpoint", "inspect_checkpoints",
-           "load_checkpoint", "write_save"]
+Exports load on first use: torch.distributed.checkpoint (and DTensor, sympy, ... behind it) is
+imported when a checkpoint is saved, loaded or read, not when the engine is.
+"""
+from typing import TYPE_CHECKING
+
+from zero_plugins import lazy_exports
+
+_EXPORTS = {
+    "AsyncSaver": "._async",
+    "checkpoint_command": "._cli",
+    "export_checkpoint": "._export",
+    "inspect_checkpoints": "._inspect",
+    "load_checkpoint": "._load",
+    "get_fp32_state_dict_from_zero_checkpoint": "._read",
+    "begin_save": "._save",
+    "write_save": "._save",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from ._async import AsyncSaver
+    from ._cli import checkpoint_command
+    from ._export import export_checkpoint
+    from ._inspect import inspect_checkpoints
+    from ._load import load_checkpoint
+    from ._read import get_fp32_state_dict_from_zero_checkpoint
+    from ._save import begin_save, write_save
+
+__all__ = ["AsyncSaver", "begin_save", "checkpoint_command", "export_checkpoint",
+           "get_fp32_state_dict_from_zero_checkpoint", "inspect_checkpoints", "load_checkpoint", "write_save"]

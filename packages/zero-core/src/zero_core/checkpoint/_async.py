@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from ._save import PendingSave, write_save
+if TYPE_CHECKING:
+    from ._save import PendingSave
 
 
 class AsyncSaver:
@@ -51,6 +53,8 @@ class AsyncSaver:
         return self.last
 
     def _run(self, pending: PendingSave) -> None:
+        from ._save import write_save  # DCP is imported by a save, not by every engine that holds a saver
+
         try:
             self.last = write_save(pending, self._group, self._snapshot)
         except BaseException as error:  # noqa: BLE001 - handed to the training thread by wait()

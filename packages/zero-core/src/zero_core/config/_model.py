@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 
+from ._activation import ActivationCheckpointingConfig
 from ._aio import AioConfig
 from ._base import ConfigModel
 from ._optim import OptimizerConfig, SchedulerConfig
@@ -18,7 +19,6 @@ class ZeroConfig(ConfigModel):
 
     IGNORED = frozenset(
         {
-            "activation_checkpointing",
             "autotuning",
             "checkpoint",
             "comet",
@@ -84,6 +84,8 @@ class ZeroConfig(ConfigModel):
     scheduler: SchedulerConfig | None = None
     zero_optimization: ZeroOptimizationConfig = Field(default_factory=ZeroOptimizationConfig)
     aio: AioConfig = Field(default_factory=AioConfig)
+    # None: the block is absent, and initialize leaves zero_core.checkpointing as it is.
+    activation_checkpointing: ActivationCheckpointingConfig | None = None
     # None: never print (DeepSpeed 0.19's default).
     steps_per_print: PositiveInt | None = None
     wall_clock_breakdown: Bool = False

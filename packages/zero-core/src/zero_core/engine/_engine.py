@@ -13,7 +13,7 @@ from ..accelerator import pinned_stats
 from ..comm import Collectives
 from ..memory import MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
-from ..checkpoint import AsyncSaver, begin_save, load_checkpoint, write_save
+from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
 
 if TYPE_CHECKING:
@@ -182,6 +182,8 @@ class ZeroEngine(torch.nn.Module):
         """DeepSpeed's call: the whole training state to `<save_dir>/<tag>` (docs/checkpoints.md). Every rank calls
         it; what it writes loads at any world size and stage. `async_save=True` (zero's own) returns once the
         save has begun and writes it while training goes on; `wait_for_checkpoint()` waits for it."""
+        from ..checkpoint import begin_save, write_save
+
         pending = begin_save(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters)
         if async_save:
             self._saver.start(pending)
@@ -199,6 +201,8 @@ class ZeroEngine(torch.nn.Module):
                         load_lr_scheduler_states: bool = True,
                         load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
         """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
+        from ..checkpoint import load_checkpoint
+
         self._saver.wait()
         return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                load_lr_scheduler_states, load_module_only)

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from zero_plugins import ZeroError
 
+from .. import checkpointing
 from ..accelerator import get_accelerator
 from ..comm import ensure_process_group
 from ..config import load_config
@@ -54,6 +55,10 @@ def initialize(
     ensure_process_group(get_accelerator(), dist_init_required)
     loaded = load_config(source, world_size=dist.get_world_size())
     engine = assemble_engine(model, loaded, optimizer, model_parameters, lr_scheduler, training_data, collate_fn)
+    # zero_core.checkpointing follows the block when the config has one (docs/activations.md).
+    if loaded.activation_checkpointing is not None:
+        checkpointing.configure(None, deepspeed_config=loaded)
+    checkpointing.use_ledger(engine.ledger)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 

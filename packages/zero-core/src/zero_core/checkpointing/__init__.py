@@ -1,0 +1,19 @@
+"""DeepSpeed's activation checkpointing (`deepspeed.checkpointing`): `checkpoint`, `non_reentrant_checkpoint`,
+`configure`, `is_configured`, `reset`. Not to be confused with `zero_core.checkpoint`, which saves models.
+
+docs/activations.md describes the calls and the `activation_checkpointing` config block.
+"""
+from ._function import checkpoint, non_reentrant_checkpoint, reset
+from ._settings import Settings, configure, is_configured, settings, unconfigure, use_ledger
+
+__all__ = [
+    "Settings",
+    "checkpoint",
+    "configure",
+    "is_configured",
+    "non_reentrant_checkpoint",
+    "reset",
+    "settings",
+    "unconfigure",
+    "use_ledger",
+]
