@@ -95,3 +95,20 @@ def test_see_memory_usage_prints_deepspeeds_lines(capsys: pytest.CaptureFixture[
 def test_see_memory_usage_force_false_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert see_memory_usage("quiet", force=False) is None
     assert capsys.readouterr().out == ""
+
+
+def test_the_report_says_what_held_memory_when_the_total_peaked() -> None:
+    ledger = MemoryLedger()
+    weights = ledger.register(torch.zeros(1024), "param.persistent")  # 4 KiB, all along
+    activations = [ledger.register(torch.zeros(3 * 1024), "activations") for _ in range(2)]  # 24 KiB: the peak
+    del activations
+    state = ledger.register(torch.zeros(2 * 1024), "optim.state")  # 8 KiB, after the peak
+    report = ledger.report()
+    assert report.at_peak == {"cpu": {"param.persistent": 4096, "activations": 24576}}
+    assert report["cpu"]["optim.state"]["peak"] == 8192, "its own peak came after the total's"
+    assert report.what_made_the_peak("cpu") == (
+        "cpu peaked at 0.03 MiB: activations 86% (0.02 MiB), param.persistent 14% (0.00 MiB); activations made "
+        "most of it (activation checkpointing (docs/activations.md) or a smaller micro-batch lowers it; no ZeRO "
+        "stage does; `zero estimate --explain` computes what each lever saves)")
+    assert "what made the peak: cpu peaked at 0.03 MiB" in str(report)
+    del weights, state

@@ -71,6 +71,9 @@ class MemoryLedger:
         self._peak: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._total: dict[str, int] = defaultdict(int)
         self._total_peak: dict[str, int] = defaultdict(int)
+        # What each category held at the moment each location's total peaked (peaks of categories apart
+        # may fall at different moments; this says what made the peak itself).
+        self._at_peak: dict[str, dict[str, int]] = {}
         self._comm: dict[str, CommCount] = {}
         self._tracker: StorageTracker | None = None
         self._label: str | None = None
@@ -193,6 +196,7 @@ class MemoryLedger:
             for category, value in categories.items():
                 self._peak[where][category] = value
             self._total_peak[where] = self._total[where]
+            self._at_peak[where] = {category: value for category, value in categories.items() if value}
 
     def report(self, pinned: PinnedMemoryStats | None = None) -> MemoryReport:
         memory: dict[str, dict[str, dict[str, int]]] = {}
@@ -205,7 +209,8 @@ class MemoryLedger:
             rows["total"] = {"current": self._total[where], "peak": self._total_peak[where]}
             memory[where] = rows
         comm = {op: count.as_dict() for op, count in sorted(self._comm.items())}
-        return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking)
+        at_peak = {where: dict(categories) for where, categories in sorted(self._at_peak.items())}
+        return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking, at_peak=at_peak)
 
     # --- bookkeeping ---
     def _on_new_storage(self, storage: torch.UntypedStorage, device: str) -> None:
@@ -233,7 +238,9 @@ class MemoryLedger:
 
     def _change_total(self, where: str, delta: int) -> None:
         self._total[where] += delta
-        self._total_peak[where] = max(self._total_peak[where], self._total[where])
+        if self._total[where] > self._total_peak[where] or where not in self._at_peak:
+            self._total_peak[where] = self._total[where]
+            self._at_peak[where] = {category: value for category, value in self._current[where].items() if value}
 
     def _on_free(self, key: int, dead: weakref.ref[torch.UntypedStorage]) -> None:
         entry = self._entries.get(key)

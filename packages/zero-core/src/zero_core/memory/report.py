@@ -38,14 +38,30 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         comm: dict[str, dict[str, int]],
         pinned: PinnedMemoryStats | None = None,
         tracked: bool = False,
+        at_peak: dict[str, dict[str, int]] | None = None,
     ) -> None:
         super().__init__(memory)
         self.comm = comm
         self.pinned = pinned
         self.tracked = tracked
+        self.at_peak = at_peak or {}  # {location: {category: bytes held when the location's total peaked}}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"memory": dict(self), "comm": self.comm, "pinned": self.pinned, "tracked": self.tracked}
+        return {"memory": dict(self), "comm": self.comm, "pinned": self.pinned, "tracked": self.tracked,
+                "at_peak": self.at_peak}
+
+    def what_made_the_peak(self, location: str) -> str:
+        """In words: which categories held a location's memory when its total peaked, and the levers on the largest."""
+        held = self.at_peak.get(location, {})
+        total = sum(held.values())
+        if total == 0:
+            return f"{location}: nothing held"
+        ranked = sorted(held.items(), key=lambda item: -item[1])
+        shares = ", ".join(f"{category} {value / total:.0%} ({value / MiB:.2f} MiB)" for category, value in ranked[:3])
+        largest = ranked[0][0]
+        lever = _LEVERS.get(largest.split(".")[0], "")
+        return (f"{location} peaked at {total / MiB:.2f} MiB: {shares}; {largest} made most of it"
+                + (f" ({lever}; `zero estimate --explain` computes what each lever saves)" if lever else ""))
 
     def __str__(self) -> str:
         rows = [
@@ -55,6 +71,7 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         ]
         note = "" if self.tracked else " (engine-owned buffers only: tracking is off, so activations are not counted)"
         parts = [f"memory ledger{note}", format_table(["location", "category", "current", "peak"], rows)]
+        parts.extend(f"what made the peak: {self.what_made_the_peak(where)}" for where in self.at_peak)
         if self.pinned is not None:
             total = self.pinned["total"]
             parts.append(f"pinned host memory (process-wide): {_size(total['current'])} now, peak {_size(total['peak'])}")
@@ -65,6 +82,16 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
             parts.append("collectives (sent: bytes this rank sends, ring algorithm)")
             parts.append(format_table(["op", "calls", "payload", "sent"], comm_rows))
         return "\n".join(parts)
+
+
+# What lowers each kind of memory, by the category's first word (docs/ledger.md).
+_LEVERS = {
+    "activations": "activation checkpointing (docs/activations.md) or a smaller micro-batch lowers it; no ZeRO stage does",
+    "optim": "a higher ZeRO stage shards it, offload_optimizer moves it off the device",
+    "grad": "stage 2 or 3 keeps only this rank's gradient partition",
+    "param": "stage 3 partitions the weights, offload_param moves the partitions off the device",
+    "other": "step temporaries: torch's optimizers make parameter-sized ones; CPU offload's sub_group_size bounds them",
+}
 
 
 def _size(nbytes: int) -> str:
