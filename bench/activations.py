@@ -11,7 +11,7 @@ stage, turns the engine's memory tracking on and takes 2 steps, once per lever:
 - ours: every layer, `zero_core.checkpointing.checkpoint` (DeepSpeed's reentrant checkpoint);
 - ours+cpu: the same with the ds_config's `activation_checkpointing: {cpu_checkpointing: true}`.
 
-Measured, rank 0: the ledger's `activations` peak on the device (`cpu`), and at `host.pinned` and
+Measured, rank 0: the ledger's `activations` peak on the device (`cpu`, tracking on), and at `host.pinned` and
 `host` (the checkpointed inputs' host copies). Predicted: `zero_estimate.estimate` on
 `from_module(model)` with the same precision, seq, micro-batch, stage and lever (`full` checkpointing
 for every checkpointed lever): its `activations` lines on the GPU and at host.pinned. Each checkpointed
@@ -110,20 +110,41 @@ def _measure(rank: int, world_size: int, stages: list[int], precisions: list[str
                 engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(stage, precision, lever,
                                                                                       world_size))
                 engine.track_memory(True)
-                losses = []
-                for batch in data:
-                    loss = engine(input_ids=batch, labels=batch).loss
-                    engine.backward(loss)
-                    engine.step()
-                    losses.append(loss.item())
+                losses = _steps(engine, data)
                 engine.track_memory(False)
-                report = engine.memory_report()
-                peaks = {where: rows.get("activations", {}).get("peak", 0) for where, rows in report.items()}
-                results[f"{precision}/{stage}/{lever}"] = {"measured": peaks, "predicted": prediction,
-                                                           "losses": losses}
+                peaks = _activation_peaks(engine)
                 engine.destroy()
+                untracked = None
+                if lever == "ours+cpu":
+                    # With tracking on, the host copies are first seen by the storage tracker (made in forward)
+                    # and stay filed at the device: measure the host lines again with tracking off.
+                    unconfigure()
+                    model = make_model(precision)
+                    enable(model, lever)
+                    engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(stage, precision, lever,
+                                                                                          world_size))
+                    _steps(engine, data)
+                    untracked = _activation_peaks(engine)
+                    engine.destroy()
+                results[f"{precision}/{stage}/{lever}"] = {"measured": peaks, "untracked": untracked,
+                                                           "predicted": prediction, "losses": losses}
     unconfigure()
     return results
+
+
+def _steps(engine: Any, data: list[Any]) -> list[float]:
+    losses = []
+    for batch in data:
+        loss = engine(input_ids=batch, labels=batch).loss
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _activation_peaks(engine: Any) -> dict[str, int]:
+    """The ledger's `activations` peak at each location."""
+    return {where: rows.get("activations", {}).get("peak", 0) for where, rows in engine.memory_report().items()}
 
 
 def main() -> int:
@@ -149,19 +170,37 @@ def main() -> int:
             for lever in LEVERS:
                 r = r0[f"{precision}/{stage}/{lever}"]
                 m, p = r["measured"], r["predicted"]
-                host = m.get("host.pinned", 0) + m.get("host", 0)
+                host_lines = r["untracked"] or m  # ours+cpu: the untracked run's (see _measure)
+                host = host_lines.get("host.pinned", 0) + host_lines.get("host", 0)
                 cut_m = base["measured"][device] - m[device]
                 cut_p = base["predicted"]["gpu"] - p["gpu"]
                 cuts = (f"{cut_m / MiB:>8.3f} MiB{cut_p / MiB:>8.3f} MiB{cut_m / cut_p:>7.2f}" if lever != "none"
                         else f"{'':>12}{'':>12}{'':>7}")
                 print(f"{precision:<5}{stage:>6}  {lever:<9}{m[device] / MiB:>10.3f} MiB{p['gpu'] / MiB:>11.3f} MiB"
                       f"{host / MiB:>8.3f} MiB{p['host.pinned'] / MiB:>8.3f} MiB{cuts}")
-    print("\nhost lines of ours+cpu, bytes (rank 0): measured host.pinned + host vs predicted host.pinned")
+    print("\nhost lines of ours+cpu, bytes (rank 0): `activations` peak at host.pinned / host, predicted host.pinned")
     for precision in precisions:
         for stage in stages:
             r = r0[f"{precision}/{stage}/ours+cpu"]
-            host = r["measured"].get("host.pinned", 0) + r["measured"].get("host", 0)
-            print(f"  {precision} stage {stage}: measured {host:,} B, predicted {r['predicted']['host.pinned']:,} B")
+            tracked, untracked = r["measured"], r["untracked"]
+            print(f"  {precision} stage {stage}: tracking off {untracked.get('host.pinned', 0):,} / "
+                  f"{untracked.get('host', 0):,} B; tracking on {tracked.get('host.pinned', 0):,} / "
+                  f"{tracked.get('host', 0):,} B; predicted {r['predicted']['host.pinned']:,} B")
+    print("\nper term, rank 0, stage 2, torch: one layer A = (cut + n * input) / (n - 1), input = the host line's"
+          " bytes / n;\nthe rest (logits, loss, embedding) = none's peak - n * A; each against the estimator's term")
+    for precision in precisions:
+        none, ckpt = r0[f"{precision}/2/none"], r0[f"{precision}/2/torch"]
+        stored = r0[f"{precision}/2/ours+cpu"]["untracked"]
+        inputs = stored.get("host.pinned", 0) + stored.get("host", 0)
+        layer = (none["measured"][device] - ckpt["measured"][device] + inputs) / (LAYERS - 1)
+        rest = none["measured"][device] - LAYERS * layer
+        lines = {what.split(" (")[0].split(",")[0]: size for _, what, _, size in ckpt["predicted"]["lines"]}
+        p_layer = lines["one layer's activations"]
+        p_rest = lines["logits"]
+        p_input = lines["checkpointed layer inputs"] // LAYERS
+        print(f"  {precision}: input {inputs // LAYERS:,} B (predicted {p_input:,}); A {layer:,.0f} B (predicted "
+              f"{p_layer:,}, x{layer / p_layer:.3f}); rest {rest:,.0f} B (predicted logits {p_rest:,}, "
+              f"{rest - p_rest:+,.0f} B = {(rest - p_rest) / (SEQ * BATCH * VOCAB):+.2f} * s*b*V)")
     print("\nthe estimator's activation lines (stage 2):")
     for precision in precisions:
         for lever in LEVERS:

@@ -17,10 +17,9 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 from torch.utils.checkpoint import get_device_states, set_device_states
 
 from ..accelerator import get_accelerator
-from ..memory import Placement
-from ._settings import Settings, ledger, logger, settings
+from ._host import host_copy
+from ._settings import Settings, logger, settings
 
-HOST_CATEGORY = "activations"  # the ledger's category for the host copies (at "host.pinned" or "host")
 
 
 def checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -162,13 +161,7 @@ def _keeps(value: Any) -> bool:
 
 
 def _to_host(tensor: torch.Tensor) -> _Kept:
-    source = tensor.detach()
-    host = get_accelerator().pin_memory(source, make_copy=False)
-    host.copy_(source, non_blocking=source.device.type != "cpu")
-    book = ledger()
-    if book is not None:
-        book.register(host, HOST_CATEGORY, Placement.HOST, pinned=get_accelerator().is_pinned(host))
-    return _Kept(host, tensor.device, tensor.requires_grad)
+    return _Kept(host_copy(tensor), tensor.device, tensor.requires_grad)
 
 
 def _tensors_of(outputs: Any) -> list[torch.Tensor]:

@@ -85,7 +85,8 @@ class MemoryLedger:
         """Count `tensor`'s storage under `category` at its location until it dies; a storage already
         counted is left as is.
 
-        A storage first seen by the tracker (as activations/other) moves to `category` and the location.
+        A storage first seen by the tracker (as activations/other) moves to `category` and the location
+        (also from one unowned category's device line to its host line).
         """
         _check_category(category)
         if tensor.device.type == "meta":
@@ -94,7 +95,9 @@ class MemoryLedger:
         where = location(placement, tensor.device.type, pinned)
         entry = self._entries.get(storage._cdata)
         if entry is not None and entry.ref() is storage:
-            if entry.category in UNOWNED and category not in UNOWNED:
+            # A storage the tracker saw first moves to an owned category, or to where it really lives
+            # (activations copied to host memory are made inside forward, so the tracker files them at the device).
+            if entry.category in UNOWNED and (category not in UNOWNED or where != entry.location):
                 self._move(entry, category, where)
             return tensor
         self._add(storage, where, category)
