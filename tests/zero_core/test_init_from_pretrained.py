@@ -139,8 +139,9 @@ def test_loading_holds_about_one_module_whole(results: list[dict[str, Any]]) -> 
             numels = result[name]["numels"]
             whole, largest = sum(numels) * 4, max(numels) * 4
             shards = sum(-(-n // 2) for n in numels) * 4
-            # transformers' loop keeps the previous tensor alive while it reads the next: one tensor more
-            assert result[name]["peak"] <= shards + 2 * largest, name
+            # transformers' loop keeps the previous tensor alive while it reads the next: one tensor more;
+            # 4 KiB for the small bookkeeping tensors a load makes (a run measured 8 bytes of them)
+            assert result[name]["peak"] <= shards + 2 * largest + 4096, name
             assert result[name]["peak"] < whole * 3 // 4, f"{name}: no rank ever holds the whole model"
 
 

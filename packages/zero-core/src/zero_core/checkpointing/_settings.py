@@ -11,7 +11,7 @@ from typing import Any
 from zero_plugins import ZeroError
 
 from ..config import ConfigError, ZeroConfig, load_config
-from ..config._activation import ActivationCheckpointingConfig, check_contiguous
+from ..config import ActivationCheckpointingConfig, check_contiguous
 from ..memory import MemoryLedger
 
 logger = logging.getLogger("zero_core.checkpointing")

@@ -2,6 +2,7 @@
 
 `load_config(path_or_dict, world_size=N)` is the entry point; docs/config.md lists every key.
 """
+from ._activation import ActivationCheckpointingConfig, check_contiguous
 from ._aio import AioConfig
 from ._errors import ConfigError, IgnoredConfigKeysWarning
 from ._loader import load_config
@@ -12,6 +13,7 @@ from ._precision import BF16Config, FP16Config
 from ._zero import ZeroOptimizationConfig
 
 __all__ = [
+    "ActivationCheckpointingConfig",
     "AioConfig",
     "BF16Config",
     "ConfigError",
@@ -24,5 +26,6 @@ __all__ = [
     "SchedulerConfig",
     "ZeroConfig",
     "ZeroOptimizationConfig",
+    "check_contiguous",
     "load_config",
 ]
