@@ -7,12 +7,13 @@ it were this model's checkpoint.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zero_plugins import ZeroError
+
+from ._publish import write_durably
 
 DESCRIPTION = "zero_checkpoint.json"
 FORMAT = 1
@@ -33,11 +34,7 @@ class Description:
     tied: dict[str, str] = field(default_factory=dict)  # a tied parameter's other name -> the name it is saved under
 
     def write(self, directory: Path) -> None:
-        path = directory / DESCRIPTION
-        with open(path, "w", encoding="utf-8") as file:
-            json.dump(asdict(self), file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
+        write_durably(directory / DESCRIPTION, json.dumps(asdict(self), indent=1))
 
     @classmethod
     def read(cls, directory: Path) -> Description:

@@ -45,10 +45,7 @@ def publish(save_dir: Path, tag: str, save_latest: bool) -> Path:
     shutil.rmtree(old, ignore_errors=True)
     if save_latest:
         pointer = save_dir / f".{LATEST}.tmp"
-        with open(pointer, "w", encoding="utf-8") as file:
-            file.write(tag)
-            file.flush()
-            os.fsync(file.fileno())
+        write_durably(pointer, tag)
         os.rename(pointer, save_dir / LATEST)
         _fsync(save_dir)
     return final
@@ -80,6 +77,14 @@ def list_tags(load_dir: Path) -> list[str]:
     if not load_dir.is_dir():
         return []
     return sorted(p.name for p in load_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Write a small text file and fsync it before it is renamed or published."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
 
 
 def _fsync(directory: Path) -> None:

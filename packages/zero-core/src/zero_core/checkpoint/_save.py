@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from torch.distributed.checkpoint.state_dict_saver import save
 from ._describe import FORMAT, Description
 from ._entries import ModelNames, add_model, add_optimizer
 from ._pieces import EntryBuilder
-from ._publish import prepare, publish, staging_directory
+from ._publish import prepare, publish, staging_directory, write_durably
 from ._training import TrainingEngine, rng_state, to_bytes, training_state
 
 
@@ -86,10 +85,7 @@ def _write_hf_config(module: torch.nn.Module, directory: Path) -> None:
     if callable(to_json):
         config = json.loads(to_json())
         config["architectures"] = config.get("architectures") or [type(module).__name__]  # as save_pretrained does
-        with open(directory / "config.json", "w", encoding="utf-8") as file:
-            json.dump(config, file, indent=2)
-            file.flush()
-            os.fsync(file.fileno())
+        write_durably(directory / "config.json", json.dumps(config, indent=2))
 
 
 def _state_names(keys: list[str]) -> list[str]:
