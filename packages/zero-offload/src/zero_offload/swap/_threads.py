@@ -17,17 +17,9 @@ import ctypes
 import os
 import queue
 import threading
-import weakref
-from typing import TYPE_CHECKING
 
-from zero_core.config import AioConfig
-
-from ._backend import SwapBackend, SwapHandle
-from ._requests import Block, call_name, split
-from ._workers import WorkerQueue
-
-if TYPE_CHECKING:
-    import torch
+from ._requests import Block, call_name
+from ._workers import QueuedBackend, WorkerQueue
 
 
 def _transfer(block: Block) -> None:
@@ -82,34 +74,19 @@ def _work(blocks: queue.SimpleQueue[Block | None]) -> None:
         _transfer(block)
 
 
-class ThreadsBackend(SwapBackend):
+class ThreadsBackend(QueuedBackend):
     """O_DIRECT reads and writes issued by a thread pool; needs nothing but Linux and Python."""
 
-    def __init__(self, aio: AioConfig | None = None, *, buffered: bool | None = None) -> None:
-        super().__init__(aio, buffered=buffered)
-        self.threads = self.aio.intra_op_parallelism * self.aio.queue_depth
-        self._pool = _Pool(self.threads)
-        self._finalizer = weakref.finalize(self, self._pool.close)
-        self._finalizer.atexit = False  # daemon threads; swap files are scratch data
+    @property
+    def threads(self) -> int:
+        """A blocking call occupies a thread: as many as DeepSpeed's libaio keeps blocks in flight."""
+        return self.aio.intra_op_parallelism * self.aio.queue_depth
+
+    def _make_workers(self) -> WorkerQueue:
+        return _Pool(self.threads)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
         if not hasattr(os, "preadv") or not hasattr(os, "O_DIRECT"):
             return False, "needs os.preadv and O_DIRECT (Linux)"
         return True, "O_DIRECT pwrite/preadv from a thread pool (built in, nothing to compile)"
-
-    def write_async(self, tensor: torch.Tensor, path: str, offset: int = 0) -> SwapHandle:
-        return self._submit(tensor, path, offset, write=True)
-
-    def read_async(self, tensor: torch.Tensor, path: str, offset: int = 0) -> SwapHandle:
-        return self._submit(tensor, path, offset, write=False)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def _submit(self, tensor: torch.Tensor, path: str, offset: int, *, write: bool) -> SwapHandle:
-        request, blocks = split(tensor, path, offset, write=write, buffered=self.buffered,
-                                block_size=self.aio.block_size)
-        if blocks:
-            self._pool.submit(blocks)
-        return request

@@ -21,18 +21,11 @@ import os
 import platform
 import queue
 import threading
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zero_core.config import AioConfig
-
-from ._backend import SwapBackend, SwapHandle
 from ._errors import SwapError
-from ._requests import Block, split
-from ._workers import WorkerQueue
-
-if TYPE_CHECKING:
-    import torch
+from ._requests import Block
+from ._workers import QueuedBackend, WorkerQueue
 
 _SYS_SETUP, _SYS_ENTER = 425, 426  # the same numbers on every architecture since Linux 5.1
 _OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
@@ -270,7 +263,7 @@ class _Rings(WorkerQueue):
         super().__init__()
         self.threads, self.entries = threads, entries
 
-    def start(self) -> None:
+    def ready(self) -> None:
         """Start the threads and their rings, if not yet: a ring that cannot be made is a SwapError."""
         with self._lock:
             self._forget_after_fork()
@@ -290,14 +283,11 @@ class _Rings(WorkerQueue):
         self.put(blocks)
 
 
-class IoUringBackend(SwapBackend):
+class IoUringBackend(QueuedBackend):
     """io_uring through raw system calls: queue_depth blocks in flight per thread, without a thread per block."""
 
-    def __init__(self, aio: AioConfig | None = None, *, buffered: bool | None = None) -> None:
-        super().__init__(aio, buffered=buffered)
-        self._rings = _Rings(self.aio.intra_op_parallelism, self.aio.queue_depth)
-        self._finalizer = weakref.finalize(self, self._rings.close)
-        self._finalizer.atexit = False
+    def _make_workers(self) -> WorkerQueue:
+        return _Rings(self.aio.intra_op_parallelism, self.aio.queue_depth)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -319,20 +309,3 @@ class IoUringBackend(SwapBackend):
                     errno_codes.EPERM: " (forbidden by a seccomp profile or kernel.io_uring_disabled)"}
             return False, f"io_uring_setup failed: {error.strerror}{hint.get(error.errno or 0, '')}"
         return True, f"io_uring by raw system calls (Linux {platform.release()}), queue_depth in flight per thread"
-
-    def write_async(self, tensor: torch.Tensor, path: str, offset: int = 0) -> SwapHandle:
-        return self._submit(tensor, path, offset, write=True)
-
-    def read_async(self, tensor: torch.Tensor, path: str, offset: int = 0) -> SwapHandle:
-        return self._submit(tensor, path, offset, write=False)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def _submit(self, tensor: torch.Tensor, path: str, offset: int, *, write: bool) -> SwapHandle:
-        self._rings.start()
-        request, blocks = split(tensor, path, offset, write=write, buffered=self.buffered,
-                                block_size=self.aio.block_size)
-        if blocks:
-            self._rings.submit(blocks)
-        return request
