@@ -7,6 +7,9 @@ import re
 import pytest
 import torch
 from zero_core import MemoryLedger, see_memory_usage
+from zero_core.memory import LeverSetup, MemoryReport, measured_levers
+
+MiB = 1024 * 1024
 
 
 def test_a_storage_is_counted_once_and_uncounted_when_it_dies() -> None:
@@ -109,6 +112,29 @@ def test_the_report_says_what_held_memory_when_the_total_peaked() -> None:
     assert report.what_made_the_peak("cpu") == (
         "cpu peaked at 0.03 MiB: activations 86% (0.02 MiB), param.persistent 14% (0.00 MiB); activations made "
         "most of it (activation checkpointing (docs/activations.md) or a smaller micro-batch lowers it; no ZeRO "
-        "stage does; `zero estimate --explain` computes what each lever saves)")
+        "stage does); `zero estimate --explain` computes what each lever saves")
     assert "what made the peak: cpu peaked at 0.03 MiB" in str(report)
     del weights, state
+
+
+def test_the_report_computes_each_lever_from_the_lines_held_at_the_peak() -> None:
+    held = {"activations": 8 * MiB, "optim.state": 4 * MiB, "grad.full": 2 * MiB, "param.persistent": 2 * MiB}
+    setup = LeverSetup(stage=0, world_size=4, optimizer_offloaded=False, parameters_offloaded=False)
+    levers = {lever.name: lever.saves for lever in measured_levers(held, setup)}
+    assert levers == {
+        "halve the micro-batch (activations scale with it)": 4 * MiB,
+        "stage 1 (keeps 1/4 of the fp32 master and optimizer state)": 3 * MiB,
+        "offload_optimizer (moves the fp32 master, its gradients and the optimizer state off the device)": 4 * MiB,
+        "stage 2 (keeps 1/4 of the gradients)": int(1.5 * MiB),
+        "stage 3 (keeps 1/4 of the weights between uses)": int(1.5 * MiB),
+    }
+    # At stage 3 with the optimizer offloaded only the micro-batch is left to pull.
+    done = LeverSetup(stage=3, world_size=4, optimizer_offloaded=True, parameters_offloaded=True)
+    assert [lever.name for lever in measured_levers(held, done)] == ["halve the micro-batch (activations scale with it)"]
+    report = MemoryReport({}, comm={}, at_peak={"cpu": held}, setup=setup)
+    text = report.what_made_the_peak("cpu")
+    assert text.startswith("cpu peaked at 16.00 MiB: activations 50% (8.00 MiB)")
+    assert ("each lever alone, from the lines held at this peak: halve the micro-batch (activations scale with it): "
+            "-4.00 MiB (peak 12.00 MiB), offload_optimizer (moves the fp32 master, its gradients and the optimizer state off the device): -4.00 MiB "
+            "(peak 12.00 MiB), stage 1 (keeps 1/4 of the fp32 master and optimizer state): -3.00 MiB (peak 13.00 MiB)") in text
+    assert text.endswith("what checkpointing would save: `zero estimate --explain`")

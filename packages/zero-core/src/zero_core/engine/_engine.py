@@ -11,7 +11,7 @@ from zero_plugins import ZeroError
 
 from ..accelerator import pinned_stats
 from ..comm import Collectives
-from ..memory import MemoryLedger, MemoryReport
+from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
@@ -228,7 +228,9 @@ class ZeroEngine(torch.nn.Module):
 
     def memory_report(self) -> MemoryReport:
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""
-        return self.ledger.report(pinned=pinned_stats())
+        setup = LeverSetup(self.policy.stage, self.world_size, optimizer_offloaded=self.policy.optimizer_state.offloaded,
+                           parameters_offloaded=self.policy.parameters.offloaded)
+        return self.ledger.report(pinned=pinned_stats(), setup=setup)
 
     def track_memory(self, enabled: bool = True) -> None:
         """Attribute memory the engine does not own (activations, temporaries) during forward, backward

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .levers import LeverSetup
 from .placement import Placement, location
 from .report import CommCount, MemoryReport
 from .tracker import StorageTracker
@@ -201,7 +202,7 @@ class MemoryLedger:
             self._total_peak[where] = self._total[where]
             self._at_peak[where] = {category: value for category, value in categories.items() if value}
 
-    def report(self, pinned: PinnedMemoryStats | None = None) -> MemoryReport:
+    def report(self, pinned: PinnedMemoryStats | None = None, setup: LeverSetup | None = None) -> MemoryReport:
         memory: dict[str, dict[str, dict[str, int]]] = {}
         for where in sorted(self._current):
             rows = {
@@ -213,7 +214,7 @@ class MemoryLedger:
             memory[where] = rows
         comm = {op: count.as_dict() for op, count in sorted(self._comm.items())}
         at_peak = {where: dict(categories) for where, categories in sorted(self._at_peak.items())}
-        return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking, at_peak=at_peak)
+        return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking, at_peak=at_peak, setup=setup)
 
     # --- bookkeeping ---
     def _on_new_storage(self, storage: torch.UntypedStorage, device: str) -> None:

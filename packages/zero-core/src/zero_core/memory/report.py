@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from zero_plugins import format_table
 
+from .levers import LeverSetup, measured_levers
+
 if TYPE_CHECKING:
     from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
 
@@ -39,12 +41,14 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         pinned: PinnedMemoryStats | None = None,
         tracked: bool = False,
         at_peak: dict[str, dict[str, int]] | None = None,
+        setup: LeverSetup | None = None,
     ) -> None:
         super().__init__(memory)
         self.comm = comm
         self.pinned = pinned
         self.tracked = tracked
         self.at_peak = at_peak or {}  # {location: {category: bytes held when the location's total peaked}}
+        self.setup = setup  # the engine's stage and world: what the levers are computed from
 
     def as_dict(self) -> dict[str, Any]:
         return {"memory": dict(self), "comm": self.comm, "pinned": self.pinned, "tracked": self.tracked,
@@ -60,8 +64,15 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         shares = ", ".join(f"{category} {value / total:.0%} ({value / MiB:.2f} MiB)" for category, value in ranked[:3])
         largest = ranked[0][0]
         lever = _LEVERS.get(largest.split(".")[0], "")
-        return (f"{location} peaked at {total / MiB:.2f} MiB: {shares}; {largest} made most of it"
-                + (f" ({lever}; `zero estimate --explain` computes what each lever saves)" if lever else ""))
+        text = (f"{location} peaked at {total / MiB:.2f} MiB: {shares}; {largest} made most of it"
+                + (f" ({lever})" if lever else ""))
+        if self.setup is None:
+            return text + "; `zero estimate --explain` computes what each lever saves"
+        computed = [f"{lever.name}: -{lever.saves / MiB:.2f} MiB (peak {(total - lever.saves) / MiB:.2f} MiB)"
+                    for lever in measured_levers(held, self.setup)]
+        if computed:
+            text += "; each lever alone, from the lines held at this peak: " + ", ".join(computed)
+        return text + "; what checkpointing would save: `zero estimate --explain`"
 
     def __str__(self) -> str:
         rows = [
