@@ -9,12 +9,13 @@ stage, turns the engine's memory tracking on and takes 2 steps, once per lever:
 - none: no checkpointing;
 - torch: every layer, `gradient_checkpointing_enable(use_reentrant=False)`;
 - ours: every layer, `zero_core.checkpointing.checkpoint` (DeepSpeed's reentrant checkpoint);
-- ours+cpu: the same with the ds_config's `activation_checkpointing: {cpu_checkpointing: true}`.
+- ours+cpu: the same with the ds_config's `activation_checkpointing: {cpu_checkpointing: true}`;
+- offload: no checkpointing, `zero_core.checkpointing.offload_saved_activations` of the 4 layers.
 
 Measured, rank 0: the ledger's `activations` peak on the device (`cpu`, tracking on), and at `host.pinned` and
 `host` (the checkpointed inputs' host copies). Predicted: `zero_estimate.estimate` on
 `from_module(model)` with the same precision, seq, micro-batch, stage and lever (`full` checkpointing
-for every checkpointed lever): its `activations` lines on the GPU and at host.pinned. Each checkpointed
+for every checkpointed lever, `offload_activations` for offload): its `activations` lines on the GPU and at host.pinned. Each checkpointed
 row also shows the reduction against `none`, measured and predicted, and their ratio; the estimator's
 per-term view of the model (2sbh per checkpointed input, A_layer, logits) is printed below the table
 together with the measured stored inputs, so a gap can be traced to a term.
@@ -29,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # multirank
 
 MiB = 1024 * 1024
-LEVERS = ("none", "torch", "ours", "ours+cpu")
+LEVERS = ("none", "torch", "ours", "ours+cpu", "offload")
 HIDDEN, LAYERS, HEADS, VOCAB, SEQ, BATCH = 256, 4, 8, 8192, 128, 2
 
 
@@ -62,9 +63,12 @@ def ds_config(stage: int, precision: str, lever: str, world_size: int) -> dict[s
     return config
 
 
-def enable(model: Any, lever: str) -> None:
+def enable(model: Any, lever: str) -> Any:
+    """Turn the lever on; returns what undoes it (offload's handle: `.remove()`), else None."""
     import zero_core
 
+    if lever == "offload":
+        return zero_core.checkpointing.offload_saved_activations(model.gpt_neox.layers, min_bytes=1024)
     if lever == "torch":
         kwargs = {"use_reentrant": False}
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name
@@ -73,6 +77,7 @@ def enable(model: Any, lever: str) -> None:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     elif lever.startswith("ours"):
         model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=zero_core.checkpointing.checkpoint)
+    return None
 
 
 def predicted(model: Any, stage: int, precision: str, lever: str) -> dict[str, Any]:
@@ -80,8 +85,8 @@ def predicted(model: Any, stage: int, precision: str, lever: str) -> dict[str, A
     import zero_estimate as ze
 
     training = ze.Training(precision=precision, seq_len=SEQ, micro_batch=BATCH,
-                           checkpointing="none" if lever == "none" else "full",
-                           cpu_checkpointing=lever == "ours+cpu")
+                           checkpointing="none" if lever in ("none", "offload") else "full",
+                           cpu_checkpointing=lever == "ours+cpu", offload_activations=lever == "offload")
     result = ze.estimate(ze.from_module(model), ze.Cluster(gpus_per_node=2), training, ze.ZeroSettings(stage=stage))
     lines = [line for line in result.lines if line.category == "activations"]
     return {
@@ -106,7 +111,7 @@ def _measure(rank: int, world_size: int, stages: list[int], precisions: list[str
                 unconfigure()
                 model = make_model(precision)
                 prediction = predicted(model, stage, precision, lever)
-                enable(model, lever)
+                handle = enable(model, lever)
                 engine, _, _, _ = zero_core.initialize(model=model, config=ds_config(stage, precision, lever,
                                                                                       world_size))
                 engine.track_memory(True)
@@ -114,6 +119,8 @@ def _measure(rank: int, world_size: int, stages: list[int], precisions: list[str
                 engine.track_memory(False)
                 peaks = _activation_peaks(engine)
                 engine.destroy()
+                if handle is not None:
+                    handle.remove()
                 untracked = None
                 if lever == "ours+cpu":
                     # With tracking on, the host copies are first seen by the storage tracker (made in forward)

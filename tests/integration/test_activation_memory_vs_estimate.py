@@ -8,6 +8,10 @@
 - `cpu_checkpointing` moves exactly the checkpointed inputs, n * s*b*h * 4 bytes, to the host lines
   (`host.pinned`, or `host` where nothing can be pinned), as the estimator's host.pinned line predicts, and
   its device cut is the estimate's within 10% too.
+- Offloading the layers' saved activations (`offload_saved_activations(model.gpt_neox.layers)`) moves what the
+  estimator's `offload_activations` host line predicts, and cuts the device peak by its prediction, within 15%
+  (measured: host line 0.89, cut 0.94): the estimator's per-layer term counts dropout masks this model does not
+  make (x0.933), and the host line holds that term 4 times, less the tensors under `min_bytes`.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 STAGES = (2, 3)
-LEVERS = ("none", "torch", "ours", "ours+cpu")
+LEVERS = ("none", "torch", "ours", "ours+cpu", "offload")
+CHECKPOINTED = ("torch", "ours", "ours+cpu")
 
 
 def _measure(rank: int, world_size: int) -> dict[str, Any]:
@@ -39,7 +44,7 @@ def _measure(rank: int, world_size: int) -> dict[str, Any]:
             unconfigure()
             model = bench.make_model("fp32")
             prediction = bench.predicted(model, stage, "fp32", lever)
-            bench.enable(model, lever)
+            handle = bench.enable(model, lever)
             engine, _, _, _ = zero_core.initialize(model=model, config=bench.ds_config(stage, "fp32", lever,
                                                                                         world_size))
             engine.track_memory(True)
@@ -47,6 +52,8 @@ def _measure(rank: int, world_size: int) -> dict[str, Any]:
             engine.track_memory(False)
             results[f"{stage}/{lever}"] = {"measured": bench._activation_peaks(engine), "predicted": prediction}
             engine.destroy()
+            if handle is not None:
+                handle.remove()
     unconfigure()
     return results
 
@@ -59,7 +66,7 @@ def measured() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("stage", STAGES)
-@pytest.mark.parametrize("lever", LEVERS[1:])
+@pytest.mark.parametrize("lever", CHECKPOINTED)
 def test_checkpointing_every_layer_cuts_the_peak_by_the_estimate(measured, stage: int, lever: str) -> None:  # type: ignore[no-untyped-def]
     for rank_result in measured:
         none, ckpt = rank_result[f"{stage}/none"], rank_result[f"{stage}/{lever}"]
@@ -81,3 +88,15 @@ def test_cpu_checkpointing_moves_the_checkpointed_inputs_to_the_host_lines(measu
         assert result["predicted"]["host.pinned"] == inputs
         assert rank_result[f"{stage}/ours"]["measured"].get("host", 0) == 0
         assert rank_result[f"{stage}/ours"]["measured"].get("host.pinned", 0) == 0
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_offloading_the_layers_saved_activations_moves_what_the_estimate_predicts(measured, stage: int) -> None:  # type: ignore[no-untyped-def]
+    for rank_result in measured:
+        none, offload = rank_result[f"{stage}/none"], rank_result[f"{stage}/offload"]
+        host = offload["measured"].get("host.pinned", 0) + offload["measured"].get("host", 0)
+        predicted_host = offload["predicted"]["host.pinned"]
+        assert abs(host - predicted_host) <= 0.15 * predicted_host, (host, predicted_host, host / predicted_host)
+        cut = none["measured"]["cpu"] - offload["measured"]["cpu"]
+        predicted = none["predicted"]["gpu"] - offload["predicted"]["gpu"]
+        assert abs(cut - predicted) <= 0.15 * predicted, (cut, predicted, cut / predicted)

@@ -167,3 +167,19 @@ def test_parameters_are_never_copied_and_small_tensors_stay() -> None:
     assert foreign.offloaded_tensors == 2, "linear's input and relu's output; not tied.weight.t()"
     with pytest.raises(ValueError, match="min_bytes"):
         offload_saved_activations(model, min_bytes=-1)
+
+
+def test_a_module_list_means_its_members() -> None:
+    """A ModuleList (model.gpt_neox.layers) is never called itself: its members are the modules chosen."""
+    from zero_core.checkpointing import offload_saved_activations
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)])
+    x = torch.randn(32, 64, requires_grad=True)
+    with offload_saved_activations(layers, min_bytes=0) as handle:
+        assert [len(layer._forward_pre_hooks) for layer in layers] == [1, 1] and not layers._forward_pre_hooks
+        layers[1](layers[0](x)).sum().backward()
+    assert handle.offloaded_tensors == 2, "each linear's input"
+    by_name = torch.nn.ModuleDict({"first": torch.nn.Linear(64, 64)})
+    with offload_saved_activations(by_name, min_bytes=0) as handle:
+        by_name["first"](x).sum().backward()
+    assert handle.offloaded_tensors == 1

@@ -64,6 +64,17 @@ def test_cpu_checkpointing_moves_the_inputs_to_pinned_host_memory():
     assert result.by_category("pinned", "forward")["activations"] == 2 * LAYERS * ONE_INPUT  # per node: 2 GPUs
 
 
+@pytest.mark.parametrize("checkpointing, per_layer", [("none", FULL_LAYER), ("selective", 34 * S * B * H)])
+def test_offload_activations_keeps_every_layers_saved_tensors_in_pinned_host_memory(checkpointing, per_layer):
+    result = _small(gpus=2, checkpointing=checkpointing, offload_activations=True)
+    assert _activations(result) == per_layer, "one layer's activations on the GPU at a time"
+    assert _activations(result, "host.pinned") == LAYERS * per_layer
+    assert result.by_category("pinned", "backward")["activations"] == 2 * LAYERS * per_layer  # per node: 2 GPUs
+    with pytest.raises(EstimateError, match="cpu_checkpointing") as error:
+        Training(checkpointing="full", offload_activations=True)
+    assert error.value.field == "offload_activations"
+
+
 def test_checkpoint_settings_need_full_checkpointing():
     with pytest.raises(EstimateError, match="full"):
         Training(checkpoint_every=2)
@@ -84,6 +95,7 @@ def test_cli_flags_and_json(capsys):
         "checkpoint_every": 2,
         "number_checkpoints": 2,
         "cpu_checkpointing": True,
+        "offload_activations": False,
     }
     lines = [line for line in data["lines"] if line["category"] == "activations"]
     assert [(line["location"], line["bytes"]) for line in lines] == [
@@ -125,7 +137,7 @@ def test_bert_large_is_the_reference_shape():
 
 
 def _lever_peaks(text: str) -> dict[str, str]:
-    return dict(re.findall(r"^    ([a-zA-Z -]+) \(.*?\): peak ([\d.]+) GiB", text, flags=re.M))
+    return dict(re.findall(r"^    ([a-zA-Z' -]+) \(.*?\): peak ([\d.]+) GiB", text, flags=re.M))
 
 
 @pytest.mark.parametrize("stage", [0, 3])
@@ -145,6 +157,9 @@ def test_explain_names_activations_and_each_lever_is_the_estimators_own_number(s
         "offload the optimizer": peak_of(zero=ZeroSettings(stage=max(stage, 1), offload_optimizer="cpu")),
         "checkpointed inputs in host memory": peak_of(
             Training(precision="fp16", seq_len=512, micro_batch=8, checkpointing="full", cpu_checkpointing=True)
+        ),
+        "the layers' saved activations in host memory": peak_of(
+            Training(precision="fp16", seq_len=512, micro_batch=8, offload_activations=True)
         ),
     }
     if stage < 3:

@@ -8,7 +8,9 @@ none of them, and selective recomputation recomputes them in backward: both leav
 Full checkpointing keeps only each checkpoint's 16-bit input (2sbh): one per layer, or with a
 checkpoint every k layers ceil(n/k) of them (DeepSpeed's number_checkpoints), and rebuilds one
 checkpoint's k layers at a time in backward. cpu_checkpointing keeps those inputs in pinned
-host memory instead of the GPU. The logits add s*b*V values in 16 bits, and the loss an fp32
+host memory instead of the GPU. Offloading what the layers save (offload_activations) keeps every
+layer's saved activations in pinned host memory, and one layer's on the GPU: the layer running
+forward, or the one whose saved tensors backward has brought back. The logits add s*b*V values in 16 bits, and the loss an fp32
 log-softmax of the same size.
 ZeRO partitions none of this: every GPU holds its own micro-batch's activations.
 """
@@ -31,12 +33,16 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
         linear_terms, full_layer = scale * linear_terms, scale * full_layer
     lines = Lines()
     attention = "flash attention" if training.flash_attention else "attention scores kept"
-    if training.checkpointing == "none":
-        what = f"activations of every layer ({attention})"
-        lines.add("activations", "gpu", what, layers * full_layer, FORWARD_BACKWARD)
-    elif training.checkpointing == "selective":
-        what = "activations of every layer, attention core recomputed (selective checkpointing)"
-        lines.add("activations", "gpu", what, layers * linear_terms, FORWARD_BACKWARD)
+    if training.checkpointing != "full":
+        per_layer = full_layer if training.checkpointing == "none" else linear_terms
+        kind = attention if training.checkpointing == "none" else "attention core recomputed (selective checkpointing)"
+        if training.offload_activations:
+            what = f"what every layer saves for backward, in pinned host memory (offload_activations; {kind})"
+            lines.add("activations", "host.pinned", what, layers * per_layer, FORWARD_BACKWARD)
+            what = f"one layer's activations on the GPU at a time, made in forward or brought back in backward ({kind})"
+            lines.add("activations", "gpu", what, per_layer, FORWARD_BACKWARD)
+        else:
+            lines.add("activations", "gpu", f"activations of every layer ({kind})", layers * per_layer, FORWARD_BACKWARD)
     else:
         _checkpointed(lines, shape, training, Q.const(2 * scale) * s * b * h, full_layer, attention)
     logits = s * b * vocab * (Q.const(training.param_bytes) + 4)

@@ -35,6 +35,7 @@ FLAGS = {
     "checkpoint_every": "--checkpoint-every",
     "number_checkpoints": "--number-checkpoints",
     "cpu_checkpointing": "--cpu-checkpointing",
+    "offload_activations": "--offload-activations",
     "stage": "--stage",
     "offload_optimizer": "--offload-optimizer",
     "offload_param": "--offload-param",
@@ -102,6 +103,11 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
     )
     training.add_argument(
         "--cpu-checkpointing", action="store_true", help="full checkpointing, checkpointed inputs in pinned host memory"
+    )
+    training.add_argument(
+        "--offload-activations",
+        action="store_true",
+        help="what the layers save for backward in pinned host memory (offload_saved_activations); not with full",
     )
     training.add_argument("--flash-attention", action="store_true", help="attention keeps no s x s scores")
     zero = parser.add_argument_group("ZeRO (zero_optimization keys; DeepSpeed's defaults)")
@@ -188,6 +194,7 @@ def training_from_args(args: argparse.Namespace, model: ModelSpec | None = None)
         flash_attention=args.flash_attention,
         checkpoint_every=1 if every is None else every,
         cpu_checkpointing=args.cpu_checkpointing,
+        offload_activations=args.offload_activations,
     )
 
 

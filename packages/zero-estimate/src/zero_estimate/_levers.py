@@ -99,6 +99,13 @@ def levers(e: Estimate) -> list[Lever]:
         flags = ("" if t.checkpointing == "full" else "--checkpointing full ") + "--cpu-checkpointing"
         host = replace(t, checkpointing="full", checkpoint_every=every, cpu_checkpointing=True)
         out.append(Lever(name, flags, run(host)))
+    name = "the layers' saved activations in host memory"
+    if t.offload_activations:
+        out.append(Lever(name, "--offload-activations", None, "already offload_activations"))
+    elif t.checkpointing == "full":
+        out.append(Lever(name, "--offload-activations", None, "full checkpointing saves only the layers' inputs"))
+    else:
+        out.append(Lever(name, "--offload-activations", run(replace(t, offload_activations=True))))
     return out
 
 
@@ -127,7 +134,7 @@ def dominates_text(e: Estimate) -> str:
         change = lever.peak - peak
         sign = "+" if change >= 0 else "-"
         line = f"    {lever.name} ({lever.flags}): peak {gib(lever.peak)} GiB ({sign}{gib(abs(change))} GiB)"
-        if lever.estimate.training.cpu_checkpointing and not e.training.cpu_checkpointing:
+        if lever.estimate.peak("pinned")[1] > e.peak("pinned")[1]:
             pinned = lever.estimate.peak("pinned")[1] - e.peak("pinned")[1]
             line += f", {gib(pinned)} GiB more pinned host memory per node"
         out.append(line)

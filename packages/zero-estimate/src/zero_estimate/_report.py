@@ -80,6 +80,8 @@ def _checkpointing_words(training: Training) -> str:
         words += " (every layer)" if training.checkpoint_every == 1 else f" (every {training.checkpoint_every} layers)"
         if training.cpu_checkpointing:
             words += ", inputs in pinned host memory"
+    if training.offload_activations:
+        words += ", the layers' saved activations in pinned host memory"
     return words
 
 

@@ -50,6 +50,8 @@ class Training:
     n layers makes ceil(n/k) checkpoints, DeepSpeed's `number_checkpoints`.
     cpu_checkpointing: the checkpointed inputs are kept in pinned host memory, not on the GPU
     (DeepSpeed's `activation_checkpointing.cpu_checkpointing`).
+    offload_activations: what every layer saves for backward is kept in pinned host memory
+    (`zero_core.checkpointing.offload_saved_activations` of the layers); not with full checkpointing.
     """
 
     precision: str = "bf16"
@@ -61,6 +63,7 @@ class Training:
     flash_attention: bool = False
     checkpoint_every: int = 1
     cpu_checkpointing: bool = False
+    offload_activations: bool = False
 
     def __post_init__(self) -> None:
         _checks.choice(self.precision, "precision", PRECISION_BYTES)
@@ -77,6 +80,12 @@ class Training:
                 f"needs full activation checkpointing (got checkpointing {self.checkpointing!r}); "
                 "set checkpointing to 'full'",
                 what,
+            )
+        if self.offload_activations and self.checkpointing == "full":
+            raise EstimateError(
+                "offloads what the layers save, and full checkpointing saves only their inputs; "
+                "use cpu_checkpointing to keep those in host memory, or checkpointing 'none'",
+                "offload_activations",
             )
 
     @property
@@ -99,6 +108,7 @@ class Training:
             "checkpoint_every": self.checkpoint_every,
             "number_checkpoints": None if num_layers is None else self.number_checkpoints(num_layers),
             "cpu_checkpointing": self.cpu_checkpointing,
+            "offload_activations": self.offload_activations,
         }
 
 

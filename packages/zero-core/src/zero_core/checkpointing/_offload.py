@@ -122,10 +122,13 @@ def offload_saved_activations(module_or_modules: torch.nn.Module | Iterable[torc
     """
     if min_bytes < 0:
         raise ValueError(f"min_bytes must be >= 0 (got {min_bytes})")
-    modules = [module_or_modules] if isinstance(module_or_modules, torch.nn.Module) else list(module_or_modules)
-    for module in modules:
+    chosen = [module_or_modules] if isinstance(module_or_modules, torch.nn.Module) else list(module_or_modules)
+    modules: list[torch.nn.Module] = []
+    for module in chosen:
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"offload_saved_activations takes nn.Modules, not {type(module).__name__}")
+        # A ModuleList or ModuleDict is never called itself: hooks on it would never run, so choose its members.
+        modules.extend(module.children() if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)) else [module])
     return OffloadHandle(modules, min_bytes)
 
 
