@@ -1,9 +1,10 @@
-"""The multi-rank helper itself: results in rank order, a failing rank fails fast, a hang times out."""
+"""The multi-rank launcher (zero_core.launch, the tests' spawn helper): results in rank order, a failing rank fails fast, a hang times out."""
 from __future__ import annotations
 
 import time
 
 import pytest
+from zero_core.launch import RanksFailed
 
 
 def _sum_ranks(rank: int, world_size: int, offset: int) -> int:
@@ -41,11 +42,11 @@ def test_results_come_back_in_rank_order(run_ranks) -> None:
 
 def test_a_failing_rank_fails_at_once_with_its_traceback(run_ranks) -> None:
     start = time.monotonic()
-    with pytest.raises(AssertionError, match="rank 1 of 2 failed(.|\n)*boom on rank 1"):
+    with pytest.raises(RanksFailed, match="rank 1 of 2 failed(.|\n)*boom on rank 1"):
         run_ranks(_rank1_raises, 2, timeout=60)
     assert time.monotonic() - start < 30
 
 
 def test_a_hang_fails_after_the_timeout(run_ranks) -> None:
-    with pytest.raises(AssertionError, match=r"ranks \[0, 1\] of 2 still running after 5s"):
+    with pytest.raises(RanksFailed, match=r"ranks \[0, 1\] of 2 still running after 5s"):
         run_ranks(_rank0_hangs, 2, timeout=5)

@@ -38,6 +38,13 @@ def zero_register_commands(cli: CommandTable) -> None:
         add_arguments=_checkpoint_arguments,
         run=_run_checkpoint,
     )
+    cli.add_command(
+        "profile",
+        help="train a model on local ranks at each ZeRO stage: memory per phase and category, measured beside "
+             "the estimate, every gap explained",
+        add_arguments=_profile_arguments,
+        run=_run_profile,
+    )
 
 
 def _run_report(args: argparse.Namespace) -> CommandResult:
@@ -85,3 +92,31 @@ def _run_checkpoint(args: argparse.Namespace) -> CommandResult:
     from .checkpoint import checkpoint_command
 
     return checkpoint_command(args)
+
+
+def _profile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Launch NPROC local ranks, build MODEL from its Hugging Face config with random weights (nothing is "
+        "downloaded), train STEPS steps at each stage with the engine's memory tracking on, and print per phase "
+        "(after init, forward, backward, step) and per category the measured memory beside zero-estimate's, the "
+        "error, and the cause of every gap above 5%. docs/profile.md")
+    parser.add_argument("--model", required=True, metavar="PRESET_OR_CONFIG",
+                        help="pythia-tiny, llama-tiny, gpt2-tiny, or a config.json (or its folder)")
+    parser.add_argument("--ds-config", metavar="DS.json", help="the DeepSpeed ds_config (default: bf16 AdamW)")
+    parser.add_argument("--nproc", type=int, default=2, help="local ranks (default 2)")
+    parser.add_argument("--stages", metavar="S,S", help="ZeRO stages to run, e.g. 2,3 (default: the config's)")
+    parser.add_argument("--memory-efficient-linear", choices=("true", "false", "both"),
+                        help="stage 3: the flag's value, or both runs (default: the config's)")
+    parser.add_argument("--lora-rank", type=int, metavar="R", help="freeze the model, train LoRA adapters of rank R")
+    parser.add_argument("--micro-batch", type=int, metavar="B", help="default: the config's micro-batch, or 1")
+    parser.add_argument("--seq-len", type=int, default=128, metavar="S", help="tokens per sample (default 128)")
+    parser.add_argument("--steps", type=int, default=3, metavar="K", help="training steps per stage (default 3)")
+    parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+                        help="stop the ranks after this long (default 900)")
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+
+
+def _run_profile(args: argparse.Namespace) -> CommandResult:
+    from .profile import profile_command
+
+    return profile_command(args)

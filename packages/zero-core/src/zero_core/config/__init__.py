@@ -5,7 +5,7 @@
 from ._activation import ActivationCheckpointingConfig, check_contiguous
 from ._aio import AioConfig
 from ._errors import ConfigError, IgnoredConfigKeysWarning
-from ._loader import load_config
+from ._loader import load_config, read_config_file
 from ._model import ZeroConfig
 from ._offload import OffloadDevice, OffloadOptimizerConfig, OffloadParamConfig
 from ._optim import OptimizerConfig, SchedulerConfig
@@ -26,6 +26,7 @@ __all__ = [
     "SchedulerConfig",
     "ZeroConfig",
     "ZeroOptimizationConfig",
+    "read_config_file",
     "check_contiguous",
     "load_config",
 ]

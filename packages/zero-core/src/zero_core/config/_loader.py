@@ -27,7 +27,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
     """
     if isinstance(source, str) and source.lstrip().startswith("{"):
         raise ConfigError("", "load_config got JSON text; pass a file path, or a dict (json.loads(text))")
-    raw = source if isinstance(source, Mapping) else _read_json(Path(source))
+    raw = source if isinstance(source, Mapping) else read_config_file(Path(source))
     ignored: list[str] = []
     data = screen(ZeroConfig, raw, ignored)
     try:
@@ -49,9 +49,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
     return config
 
 
-def _read_json(path: Path) -> Mapping[str, Any]:
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A ds_config file's JSON object, or one ConfigError naming the file and what is wrong with it."""
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 JSON") from None
     except FileNotFoundError:
         raise ConfigError("", f"config file {path}: not found") from None
     except OSError as exc:
@@ -63,7 +66,7 @@ def _read_json(path: Path) -> Mapping[str, Any]:
         raise ConfigError("", f"config file {path}: not valid JSON ({exc.msg} at {where})") from None
     except _DuplicateKey as exc:
         raise ConfigError("", f'config file {path}: key "{exc.key}" appears twice in one object; keep one') from None
-    if not isinstance(data, Mapping):
+    if not isinstance(data, dict):
         raise ConfigError("", f"config file {path}: must hold a JSON object (got {type(data).__name__})")
     return data
 

@@ -75,10 +75,14 @@ class MemoryLedger:
         # What each category held at the moment each location's total peaked (peaks of categories apart
         # may fall at different moments; this says what made the peak itself).
         self._at_peak: dict[str, dict[str, int]] = {}
+        # Per phase ("forward", "backward", "step"), per location: what each category held when the
+        # location's total was highest inside that phase, over every run of it (what `zero profile` shows).
+        self._phase_peaks: dict[str, dict[str, dict[str, int]]] = {}
         self._comm: dict[str, CommCount] = {}
         self._tracker: StorageTracker | None = None
         self._label: str | None = None
         self._phase = "idle"
+        self._outer_phase: str | None = None
 
     # --- engine-owned buffers ---
     def register(self, tensor: torch.Tensor, category: str, placement: Placement = Placement.DEVICE,
@@ -169,14 +173,21 @@ class MemoryLedger:
         """Mark a phase of training ("forward", "backward", "step"); tracks storages inside it when tracking."""
         previous, self._phase = self._phase, name
         tracker = self._tracker
+        outermost = previous == "idle"
+        if outermost:
+            self._outer_phase = name
+            for where in self._current:  # what is held on entry counts, even if nothing is allocated inside
+                self._note_phase_peak(where)
         try:
-            if tracker is None or previous != "idle":
+            if tracker is None or not outermost:
                 yield
             else:
                 with tracker:
                     yield
         finally:
             self._phase = previous
+            if outermost:
+                self._outer_phase = None
 
     # --- figures, per location ("cpu" is the CPU accelerator's device memory) ---
     def current(self, category: str, location: str = "cpu") -> int:
@@ -201,6 +212,20 @@ class MemoryLedger:
                 self._peak[where][category] = value
             self._total_peak[where] = self._total[where]
             self._at_peak[where] = {category: value for category, value in categories.items() if value}
+
+    def phase_peaks(self) -> dict[str, dict[str, dict[str, int]]]:
+        """`{phase: {location: {category: bytes, ..., "total": bytes}}}` at each location's highest total
+        inside each phase, since the ledger was made or `reset_phase_peaks()`; phases nest into the outer one."""
+        return {phase: {where: dict(held) for where, held in locations.items()}
+                for phase, locations in self._phase_peaks.items()}
+
+    def reset_phase_peaks(self) -> None:
+        self._phase_peaks = {}
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """`{location: {category: bytes, ..., "total": bytes}}` held now."""
+        return {where: {**{c: v for c, v in categories.items() if v}, "total": self._total[where]}
+                for where, categories in sorted(self._current.items()) if self._total[where]}
 
     def report(self, pinned: PinnedMemoryStats | None = None, setup: LeverSetup | None = None) -> MemoryReport:
         memory: dict[str, dict[str, dict[str, int]]] = {}
@@ -245,6 +270,15 @@ class MemoryLedger:
         if self._total[where] > self._total_peak[where] or where not in self._at_peak:
             self._total_peak[where] = self._total[where]
             self._at_peak[where] = {category: value for category, value in self._current[where].items() if value}
+        if delta > 0 and self._outer_phase is not None:
+            self._note_phase_peak(where)
+
+    def _note_phase_peak(self, where: str) -> None:
+        assert self._outer_phase is not None
+        held = self._phase_peaks.setdefault(self._outer_phase, {}).get(where)
+        if held is None or self._total[where] > held["total"]:
+            snapshot = {category: value for category, value in self._current[where].items() if value}
+            self._phase_peaks[self._outer_phase][where] = {**snapshot, "total": self._total[where]}
 
     def _on_free(self, key: int, dead: weakref.ref[torch.UntypedStorage]) -> None:
         entry = self._entries.get(key)

@@ -1,0 +1,144 @@
+"""Run a function on N local ranks of a process group, as torchrun would, with a timeout.
+
+- Each rank is a fresh spawned process with torchrun's environment (RANK, WORLD_SIZE,
+  LOCAL_RANK, MASTER_ADDR, MASTER_PORT on a free port) and OMP_NUM_THREADS=1, so the code it
+  runs initialises torch.distributed exactly as it would under torchrun.
+- A rank that raises ends the run at once with its traceback, and the other ranks are killed
+  (they would otherwise wait forever in a collective).
+- Ranks still running after `timeout` seconds are killed: a collective that never completes
+  fails instead of hanging.
+
+`fn` must be a module-level function (the spawned process imports it by name); it is called as
+`fn(rank, world_size, *args)` and its return value (tensors allowed) comes back in rank order.
+`zero profile` runs its ranks through this, and so does every multi-rank test (tests/multirank.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from multiprocessing.context import SpawnProcess
+from pathlib import Path
+from typing import Any
+
+from zero_plugins import ZeroError
+
+DEFAULT_TIMEOUT = 180.0
+
+
+class RanksFailed(ZeroError, RuntimeError):
+    """A rank raised or died, or ranks were still running at the timeout; the message says which and why."""
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = DEFAULT_TIMEOUT,
+              env: dict[str, str] | None = None) -> list[Any]:
+    """`fn(rank, world_size, *args)` on each rank; the return values in rank order, or RanksFailed."""
+    with started_ranks(fn, world_size, *args, env=env) as (processes, out):
+        _wait(processes, out, timeout)
+        return [_load(out / f"{rank}.result") for rank in range(world_size)]
+
+
+@contextlib.contextmanager
+def started_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[list[SpawnProcess], Path]]:
+    """The ranks' processes, started, and the folder their results go to; every one is killed on exit.
+
+    For tests that must act on a rank while it runs (kill it mid-save); others use run_ranks.
+    """
+    if not 1 <= world_size <= 8:
+        raise ValueError(f"world_size must be 1..8 (got {world_size})")
+    context = multiprocessing.get_context("spawn")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="multirank-") as tmp:
+        out = Path(tmp)
+        processes = []
+        with _environ({"OMP_NUM_THREADS": "1", **(env or {})}):  # a spawned child copies os.environ at start
+            for rank in range(world_size):
+                process = context.Process(target=_rank_main, args=(fn, rank, world_size, port, str(out), args),
+                                          name=f"rank{rank}", daemon=True)
+                process.start()
+                processes.append(process)
+        try:
+            yield processes, out
+        finally:
+            _kill(processes)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, out: str,
+               args: tuple[Any, ...]) -> None:
+    os.environ.update({
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    })
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    try:
+        result = fn(rank, world_size, *args)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        torch.save(result, Path(out) / f"{rank}.result")
+    except BaseException:
+        (Path(out) / f"{rank}.error").write_text(traceback.format_exc())
+        raise SystemExit(1) from None
+
+
+def _wait(processes: list[SpawnProcess], out: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        failed = [p for p in processes if p.exitcode not in (None, 0)]
+        if failed:
+            rank = processes.index(failed[0])
+            error = out / f"{rank}.error"
+            detail = error.read_text() if error.exists() else f"exit code {failed[0].exitcode} (killed or crashed)"
+            raise RanksFailed(f"rank {rank} of {len(processes)} failed:\n{detail}")
+        if all(p.exitcode == 0 for p in processes):
+            return
+        time.sleep(0.05)
+    stuck = [rank for rank, p in enumerate(processes) if p.exitcode is None]
+    raise RanksFailed(f"ranks {stuck} of {len(processes)} still running after {timeout:.0f}s "
+                         "(a collective that never completes?); killed them")
+
+
+def _kill(processes: list[SpawnProcess]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _load(path: Path) -> Any:
+    import torch
+
+    return torch.load(path, weights_only=False)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,72 @@
+"""The body of `zero profile` (its arguments: zero_core._plugin, so building the parser imports no torch)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from zero_plugins import CommandResult, ZeroError
+
+from ..config import load_config, read_config_file
+from ._html import profile_html
+from ._models import max_positions, model_config
+from ._request import ProfileRequest, Setting
+from ._run import run_profile
+from ._text import profile_text
+
+# Without --ds-config: bf16 AdamW, DeepSpeed's defaults for the rest.
+DEFAULT_DS_CONFIG: dict[str, Any] = {
+    "bf16": {"enabled": True},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+    "zero_optimization": {"stage": 2},
+}
+
+
+class ProfileArgumentError(ZeroError, ValueError):
+    """A `zero profile` argument out of range; the message names the flag and the bound."""
+
+
+def profile_command(args: argparse.Namespace) -> CommandResult:
+    request = request_from_args(args)
+    report = run_profile(request)
+    if args.html:
+        Path(args.html).write_text(profile_html(report), encoding="utf-8")
+    text = profile_text(report) + (f"\nwrote {args.html}" if args.html else "")
+    return CommandResult(report, text)
+
+
+def request_from_args(args: argparse.Namespace) -> ProfileRequest:
+    config = model_config(args.model)
+    ds_config = read_config_file(Path(args.ds_config)) if args.ds_config else dict(DEFAULT_DS_CONFIG)
+    notes = [] if args.ds_config else ["no --ds-config: bf16, AdamW (lr 1e-4), DeepSpeed's defaults otherwise"]
+    nproc = _bounded(args.nproc, "--nproc", 1, 8)
+    micro_batch = _bounded(args.micro_batch or int(ds_config.get("train_micro_batch_size_per_gpu", 1)),
+                           "--micro-batch", 1, 1024)
+    limit = max_positions(config) or 1 << 20
+    seq_len = _bounded(args.seq_len, "--seq-len", 1, limit)
+    stages = [int(ds_config.get("zero_optimization", {}).get("stage", 0))] if args.stages is None else \
+        [_bounded(_integer(s, "--stages"), "--stages", 0, 3) for s in args.stages.split(",")]
+    lora_rank = None if args.lora_rank is None else _bounded(args.lora_rank, "--lora-rank", 1,
+                                                             int(config.get("hidden_size", config.get("n_embd", 1))))
+    choices = {"true": (True,), "false": (False,), "both": (False, True), None: (None,)}[args.memory_efficient_linear]
+    settings = tuple(Setting(stage, flag if stage == 3 else None) for stage in stages for flag in
+                     (choices if stage == 3 else (None,)))
+    request = ProfileRequest(args.model, config, ds_config, settings, nproc, micro_batch, seq_len,
+                             _bounded(args.steps, "--steps", 1, 1000), lora_rank, timeout=float(args.timeout),
+                             notes=tuple(notes))
+    for setting in settings:  # a bad config fails here, in one line, not on every rank
+        load_config(request.config_for(setting), world_size=nproc)
+    return request
+
+
+def _integer(value: str, flag: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ProfileArgumentError(f"{flag}: {value!r} is not a whole number") from None
+
+
+def _bounded(value: int, flag: str, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise ProfileArgumentError(f"{flag} {value} is out of range; pass {low} to {high}")
+    return value

@@ -1,0 +1,34 @@
+"""Ask the installed memory estimator (zero-estimate, through `zero_estimate_memory`) for an estimate."""
+from __future__ import annotations
+
+from typing import Any
+
+from zero_plugins import ZeroError, plain_hookimpls, use_hookspecs
+
+from . import _hookspecs
+
+HOOK = "zero_estimate_memory"
+
+
+class NoEstimator(ZeroError, RuntimeError):
+    """No installed plugin implements `zero_estimate_memory`."""
+
+
+def estimate_memory(request: dict[str, Any]) -> dict[str, Any]:
+    """The first plugin's answer to `request` (see the hookspec)."""
+    manager = use_hookspecs(_hookspecs)
+    for impl in plain_hookimpls(manager, HOOK):
+        answer = impl.function(request=request)
+        if isinstance(answer, dict):
+            return answer
+    raise NoEstimator(f"no installed plugin implements {HOOK}, so there is no estimate to compare with; "
+                      "install zero-estimate (pip install zero-estimate, or -e packages/zero-estimate)")
+
+
+def estimated_categories(estimate: dict[str, Any], phase: str, location: str = "gpu") -> dict[str, int]:
+    """Bytes per category at `location` in `phase`, per rank, from the estimate's lines."""
+    totals: dict[str, int] = {}
+    for line in estimate["lines"]:
+        if line["location"] == location and phase in line["phases"]:
+            totals[line["category"]] = totals.get(line["category"], 0) + int(line["bytes"])
+    return totals

@@ -1,0 +1,69 @@
+"""`zero profile --html FILE`: one self-contained page (inline SVG, no scripts, nothing fetched).
+
+For each setting a stacked bar per phase, measured beside estimated, one colour per category, so the
+peak and what makes it show at a glance; the text report follows below.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ._phases import PHASES
+from ._text import profile_text
+
+MiB = 1024 * 1024
+_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+            "#9c755f", "#bab0ac", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e")
+_BAR, _GAP, _HEIGHT, _LEFT = 34, 26, 260, 70
+
+
+def profile_html(report: dict[str, Any]) -> str:
+    categories = sorted({category for setting in report["settings"] for phase in setting["phases"].values()
+                         for side in ("measured", "estimated") for category in phase[side]})
+    colours = {category: _PALETTE[i % len(_PALETTE)] for i, category in enumerate(categories)}
+    legend = "".join(f'<span class="key"><i style="background:{colours[c]}"></i>{html.escape(c)}</span>'
+                     for c in categories)
+    charts = "".join(_chart(setting, colours) for setting in report["settings"])
+    title = html.escape(f"zero profile: {report['model']['name']}")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{_STYLE}</style></head><body><h1>{title}</h1>"
+            f'<p>Rank 0\'s device memory per phase: M = measured (the engine\'s ledger), E = estimated '
+            f'(zero-estimate), MiB.</p><div class="legend">{legend}</div>{charts}'
+            f"<h2>Report</h2><pre>{html.escape(profile_text(report))}</pre></body></html>\n")
+
+
+def _chart(setting: dict[str, Any], colours: dict[str, str]) -> str:
+    phases = setting["phases"]
+    top = max(max(p["measured_total"], p["estimated_total"]) for p in phases.values()) or 1
+    width = _LEFT + len(PHASES) * (2 * _BAR + _GAP) + 10
+    shapes = [f'<text x="{_LEFT - 6}" y="14" class="axis" text-anchor="end">{top / MiB:.1f}</text>',
+              f'<text x="{_LEFT - 6}" y="{_HEIGHT + 10}" class="axis" text-anchor="end">0</text>']
+    for index, phase in enumerate(PHASES):
+        x = _LEFT + index * (2 * _BAR + _GAP)
+        for offset, side, mark in ((0, "measured", "M"), (_BAR, "estimated", "E")):
+            shapes += _stack(x + offset, phases[phase][side], top, colours, f"{phase}, {side}")
+            shapes.append(f'<text x="{x + offset + _BAR / 2 - 2}" y="{_HEIGHT + 24}" class="axis" '
+                          f'text-anchor="middle">{mark}</text>')
+        shapes.append(f'<text x="{x + _BAR}" y="{_HEIGHT + 42}" text-anchor="middle">{phase}</text>')
+    peak = setting["peak"]["measured"]
+    return (f"<h2>{html.escape(setting['label'])}</h2><p>measured peak {peak['bytes'] / MiB:.2f} MiB at "
+            f"{html.escape(peak['phase'])}</p>"
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{_HEIGHT + 50}" role="img">'
+            + "".join(shapes) + "</svg>")
+
+
+def _stack(x: float, held: dict[str, int], top: int, colours: dict[str, str], what: str) -> list[str]:
+    shapes, y = [], float(_HEIGHT + 10)
+    for category in sorted(held, key=lambda c: -held[c]):
+        height = _HEIGHT * held[category] / top
+        y -= height
+        label = html.escape(f"{what}: {category} {held[category] / MiB:.2f} MiB")
+        shapes.append(f'<rect x="{x}" y="{y:.1f}" width="{_BAR - 4}" height="{height:.1f}" '
+                      f'fill="{colours[category]}"><title>{label}</title></rect>')
+    return shapes
+
+
+_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:70em}svg{display:block;margin:0.5em 0 1.5em}"
+          ".axis{font-size:11px;fill:#555}.legend{margin:1em 0}.key{margin-right:1.2em;white-space:nowrap}"
+          ".key i{display:inline-block;width:0.9em;height:0.9em;margin-right:0.3em;vertical-align:middle}"
+          "pre{background:#f6f6f6;padding:1em;overflow-x:auto}")

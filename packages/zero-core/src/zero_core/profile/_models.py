@@ -1,0 +1,68 @@
+"""The model `zero profile` trains: a Hugging Face config (a preset, or a config.json), random weights.
+
+Nothing is downloaded: the model is built from its config with random initialisation. The presets are
+scaled-down stand-ins for the families users train (Pythia, Llama, GPT-2): hidden 256, 4 layers,
+vocabulary 8192, eager attention.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from zero_plugins import ZeroError
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "pythia-tiny": {"model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+                    "intermediate_size": 1024, "vocab_size": 8192, "max_position_embeddings": 2048},
+    "llama-tiny": {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+                   "num_key_value_heads": 8, "intermediate_size": 688, "vocab_size": 8192,
+                   "max_position_embeddings": 2048},
+    "gpt2-tiny": {"model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 8, "vocab_size": 8192,
+                  "n_positions": 1024},
+}
+
+
+class ModelConfigError(ZeroError, ValueError):
+    """--model names neither a preset nor a readable Hugging Face config."""
+
+
+def model_config(model: str) -> dict[str, Any]:
+    """The config dict of a preset name, or of a config.json (or the folder holding one)."""
+    if model in PRESETS:
+        return dict(PRESETS[model])
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ModelConfigError(f"--model {model!r}: neither a preset ({', '.join(PRESETS)}) nor a config.json; "
+                               "pass a preset name or the path of a Hugging Face config.json")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelConfigError(f"--model {path}: not a JSON config ({error}); pass a Hugging Face config.json") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelConfigError(f"--model {path}: a Hugging Face config.json has a \"model_type\"; this one has none")
+    return config
+
+
+def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:
+    """A causal-LM of `config` with random weights (seeded), in training mode, cast to `dtype`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    settings = {key: value for key, value in config.items() if key != "model_type"}
+    hf_config = AutoConfig.for_model(config["model_type"], **settings)
+    torch.manual_seed(seed)
+    # Eager attention keeps the scores the estimator counts; SDPA would hide them.
+    model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+        hf_config, attn_implementation="eager")
+    model.train()
+    return model.to(dtype)
+
+
+def max_positions(config: dict[str, Any]) -> int | None:
+    for key in ("max_position_embeddings", "n_positions"):
+        if isinstance(config.get(key), int):
+            return int(config[key])
+    return None

@@ -1,0 +1,56 @@
+"""What each spawned rank of `zero profile` does: build, initialize and measure the model once per setting."""
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+import torch
+
+from ._estimator import estimate_memory
+from ._lora import apply_lora
+from ._models import build_model
+from ._phases import hf_train_step, profile_engine
+from ._request import ProfileRequest
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[dict[str, Any]]:
+    """On one rank: for each setting, the measured phases (and on rank 0 the estimate)."""
+    from ..engine import initialize
+
+    generator = torch.Generator().manual_seed(request.seed + rank)
+    shape = (request.micro_batch, request.seq_len)
+    vocab = int(request.model_config.get("vocab_size", 0))
+    results = []
+    for index, setting in enumerate(request.settings, start=1):
+        say = _progress(rank, f"{setting.label} ({index}/{len(request.settings)})")
+        say("building the model")
+        model = build_model(request.model_config, _DTYPES[request.precision], request.seed)
+        if request.lora_rank is not None:
+            apply_lora(model, request.lora_rank)
+        config = request.config_for(setting)
+        estimate = None
+        if rank == 0:
+            estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
+                                        "seq_len": request.seq_len, "stage": setting.stage,
+                                        "checkpointing": "none"})
+        engine, _, _, _ = initialize(model=model, config=config)
+        batches = [torch.randint(0, vocab, shape, generator=generator) for _ in range(request.steps)]
+        phases = profile_engine(engine, hf_train_step, batches,
+                                progress=lambda step: say(f"step {step}/{request.steps}"))
+        results.append({"setting": setting.as_dict(), "device": engine.device.type, "phases": phases,
+                        "estimate": estimate})
+        engine.destroy()
+        del engine, model
+        gc.collect()
+    return results
+
+
+def _progress(rank: int, what: str) -> Any:
+    def say(message: str) -> None:
+        if rank == 0:  # stderr: --json keeps stdout to itself
+            print(f"zero profile: {what}: {message}", file=sys.stderr, flush=True)
+
+    return say

@@ -1,0 +1,59 @@
+"""What `zero profile` runs: the model, the ds_config, and the settings (stage, memory_efficient_linear) to try."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One run: a ZeRO stage, and at stage 3 optionally memory_efficient_linear (None: the config's)."""
+
+    stage: int
+    memory_efficient_linear: bool | None = None
+
+    @property
+    def label(self) -> str:
+        if self.memory_efficient_linear is None:
+            return f"stage {self.stage}"
+        return f"stage {self.stage}, memory_efficient_linear {str(self.memory_efficient_linear).lower()}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "memory_efficient_linear": self.memory_efficient_linear}
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """Everything the ranks need; picklable, so the spawned ranks get it whole."""
+
+    model_name: str
+    model_config: dict[str, Any]
+    ds_config: dict[str, Any]
+    settings: tuple[Setting, ...]
+    nproc: int
+    micro_batch: int
+    seq_len: int
+    steps: int
+    lora_rank: int | None = None
+    seed: int = 0
+    timeout: float = 900.0
+    notes: tuple[str, ...] = field(default=())
+
+    def config_for(self, setting: Setting) -> dict[str, Any]:
+        """The ds_config with the setting's stage and flag, and the micro-batch, put in."""
+        config = copy.deepcopy(self.ds_config)
+        zero = config.setdefault("zero_optimization", {})
+        zero["stage"] = setting.stage
+        if setting.memory_efficient_linear is not None:
+            zero["memory_efficient_linear"] = setting.memory_efficient_linear
+        config["train_micro_batch_size_per_gpu"] = self.micro_batch
+        accumulation = int(config.get("gradient_accumulation_steps", 1))
+        config["train_batch_size"] = self.micro_batch * accumulation * self.nproc
+        return config
+
+    @property
+    def precision(self) -> str:
+        if self.ds_config.get("bf16", {}).get("enabled"):
+            return "bf16"
+        return "fp16" if self.ds_config.get("fp16", {}).get("enabled") else "fp32"

@@ -1,0 +1,36 @@
+"""`run_profile`: launch the ranks, measure each setting, and set the estimate beside it."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..launch import run_ranks
+from ._compare import GAP_THRESHOLD, compare
+from ._ranks import profile_rank
+from ._request import ProfileRequest
+
+SCHEMA_VERSION = 1
+
+
+def run_profile(request: ProfileRequest) -> dict[str, Any]:
+    """The `zero profile --json` document (docs/profile.md, "JSON")."""
+    per_rank = run_ranks(profile_rank, request.nproc, request, timeout=request.timeout)
+    settings = []
+    for index, setting in enumerate(request.settings):
+        first = per_rank[0][index]
+        comparison = compare(setting.label, first["device"], [rank[index]["phases"] for rank in per_rank],
+                             first["estimate"])
+        settings.append({"setting": setting.as_dict(), **comparison,
+                         "estimate_inputs": first["estimate"].get("inputs", {})})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {"name": request.model_name, "config": request.model_config, "lora_rank": request.lora_rank},
+        "nproc": request.nproc,
+        "precision": request.precision,
+        "micro_batch": request.micro_batch,
+        "seq_len": request.seq_len,
+        "steps": request.steps,
+        "gap_threshold": GAP_THRESHOLD,
+        "ds_config": request.ds_config,
+        "notes": list(request.notes),
+        "settings": settings,
+    }

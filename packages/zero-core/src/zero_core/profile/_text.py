@@ -1,0 +1,69 @@
+"""`zero profile`'s plain-text report: per setting, the phases measured beside the estimate, and the gaps."""
+from __future__ import annotations
+
+from typing import Any
+
+from zero_plugins import format_table
+
+from ._phases import PHASES
+
+MiB = 1024 * 1024
+
+
+def profile_text(report: dict[str, Any]) -> str:
+    model = report["model"]
+    lora = f", LoRA rank {model['lora_rank']}" if model["lora_rank"] else ""
+    parts = [f"zero profile: {model['name']}{lora}, {report['precision']}, {report['nproc']} ranks, micro-batch "
+             f"{report['micro_batch']} x {report['seq_len']} tokens, {report['steps']} steps; rank 0's device memory "
+             "(the ledger, tracking on) beside zero-estimate's, MiB"]
+    parts += [f"note: {note}" for note in report["notes"]]
+    for setting in report["settings"]:
+        parts += ["", _setting_text(setting, report["gap_threshold"])]
+    if len(report["settings"]) > 1:
+        parts += ["", _summary(report["settings"])]
+    return "\n".join(parts)
+
+
+def _setting_text(setting: dict[str, Any], threshold: float) -> str:
+    phases = setting["phases"]
+    rows: list[tuple[str, ...]] = [(phase, _mib(phases[phase]["measured_total"]), _mib(phases[phase]["estimated_total"]),
+             _percent(phases[phase]["error"])) for phase in PHASES]
+    peak = setting["peak"]
+    lines = [f"{setting['label']} (device: {setting['device']})",
+             format_table(["phase", "measured", "estimated", "error"], rows),
+             f"peak: measured {_mib(peak['measured']['bytes'])} at {peak['measured']['phase']}, estimated "
+             f"{_mib(peak['estimated']['bytes'])} at {peak['estimated']['phase']} ({_percent(peak['error'])}"
+             + ("" if peak["same_phase"] else ", a different phase") + ")"]
+    at = peak["measured"]["phase"]
+    held, expected = phases[at]["measured"], phases[at]["estimated"]
+    rows = [(category, _mib(held.get(category, 0)), _mib(expected.get(category, 0)))
+            for category in sorted(set(held) | set(expected), key=lambda c: -max(held.get(c, 0), expected.get(c, 0)))]
+    lines += [f"at the measured peak ({at}), by category:", format_table(["category", "measured", "estimated"], rows)]
+    gaps = setting["gaps"]
+    if gaps:
+        lines.append(f"gaps above {threshold:.0%} of a phase's measured total:")
+        lines += [f"  {gap['phase']}, {gap['category']}: {'+' if gap['difference'] > 0 else '-'}"
+                  f"{_mib(abs(gap['difference']))} MiB estimated ({gap['cause']})" for gap in gaps]
+    else:
+        lines.append(f"no gap above {threshold:.0%} of a phase's measured total")
+    return "\n".join(lines)
+
+
+def _summary(settings: list[dict[str, Any]]) -> str:
+    rows = []
+    for setting in settings:
+        init, peak = setting["phases"]["init"], setting["peak"]
+        held = sum(phase["measured"].get("param.gathered.held", 0) for phase in setting["phases"].values())
+        rows.append((setting["label"], _mib(init["measured_total"]), _mib(peak["measured"]["bytes"]),
+                     peak["measured"]["phase"], _mib(peak["estimated"]["bytes"]),
+                     "yes" if held else "no"))
+    return "summary\n" + format_table(["setting", "after init", "measured peak", "at", "estimated peak",
+                                       "held weights"], rows)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / MiB:.2f}"
+
+
+def _percent(error: float | None) -> str:
+    return "n/a" if error is None else f"{error:+.1%}"
