@@ -138,3 +138,30 @@ def test_the_report_computes_each_lever_from_the_lines_held_at_the_peak() -> Non
             "-4.00 MiB (peak 12.00 MiB), offload_optimizer (moves the fp32 master, its gradients and the optimizer state off the device): -4.00 MiB "
             "(peak 12.00 MiB), stage 1 (keeps 1/4 of the fp32 master and optimizer state): -3.00 MiB (peak 13.00 MiB)") in text
     assert text.endswith("what checkpointing would save: `zero estimate --explain`")
+
+
+def test_phase_peaks_say_what_each_category_held_at_each_phases_highest_total() -> None:
+    ledger = MemoryLedger()
+    weights = ledger.register(torch.zeros(1024), "param.persistent")  # 4 KiB, held before any phase
+    with ledger.phase("forward"):
+        kept = ledger.register(torch.zeros(2 * 1024), "activations")  # 8 KiB
+        transient = ledger.register(torch.zeros(4 * 1024), "activations")  # 16 KiB, freed inside forward
+        del transient
+        with ledger.phase("backward"):  # nested: counted in the outer phase
+            inner = ledger.register(torch.zeros(256), "grad.bucket")
+            del inner
+    with ledger.phase("step"):
+        state = ledger.register(torch.zeros(512), "optim.state")  # 2 KiB
+    peaks = ledger.phase_peaks()
+    assert set(peaks) == {"forward", "step"}
+    assert peaks["forward"]["cpu"] == {"param.persistent": 4096, "activations": 24576, "total": 28672}
+    assert peaks["step"]["cpu"] == {"param.persistent": 4096, "activations": 8192, "optim.state": 2048,
+                                    "total": 14336}
+    with ledger.phase("backward"):  # nothing allocated inside: what is held on entry is its peak
+        pass
+    assert ledger.phase_peaks()["backward"]["cpu"]["total"] == 14336
+    assert ledger.snapshot() == {"cpu": {"param.persistent": 4096, "activations": 8192, "optim.state": 2048,
+                                         "total": 14336}}
+    ledger.reset_phase_peaks()
+    assert ledger.phase_peaks() == {}
+    del weights, kept, state

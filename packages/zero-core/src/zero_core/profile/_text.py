@@ -37,7 +37,8 @@ def _setting_text(setting: dict[str, Any], threshold: float) -> str:
     at = peak["measured"]["phase"]
     held, expected = phases[at]["measured"], phases[at]["estimated"]
     rows = [(category, _mib(held.get(category, 0)), _mib(expected.get(category, 0)))
-            for category in sorted(set(held) | set(expected), key=lambda c: -max(held.get(c, 0), expected.get(c, 0)))]
+            for category in sorted(set(held) | set(expected), key=lambda c: -max(held.get(c, 0), expected.get(c, 0)))
+            if held.get(category) or expected.get(category)]
     lines += [f"at the measured peak ({at}), by category:", format_table(["category", "measured", "estimated"], rows)]
     gaps = setting["gaps"]
     if gaps:
