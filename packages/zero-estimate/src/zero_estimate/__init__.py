@@ -6,6 +6,7 @@ Two models of memory:
 - our own, copy by copy, per device and per phase (`estimate`, `plan`), in the categories
   of the engine's memory ledger. docs/memory-model.md gives its formulas.
 """
+from ._ds_config import load_ds_config, settings_from_ds_config
 from ._ds_table import DsRow
 from ._errors import EstimateError
 from ._estimate import Estimate, estimate
@@ -59,6 +60,8 @@ __all__ = [
     "from_module",
     "from_numbers",
     "from_preset",
+    "load_ds_config",
     "model_to_params",
     "plan",
+    "settings_from_ds_config",
 ]

@@ -13,6 +13,7 @@ from ._errors import EstimateError
 from ._estimate import estimate
 from ._plan import Limits, plan
 from ._plan_report import plan_text
+from ._settings import ZeroSettings
 from ._spec import ModelSpec
 from ._units import parse_size
 from .stage3 import zero3_table
@@ -38,7 +39,11 @@ def usage_errors(run: Run) -> Run:
 def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     _cli_args.add_model_arguments(parser)
     _cli_args.add_setup_arguments(parser)
-    parser.add_argument("--stage", metavar="S,S", help="stages to estimate, e.g. 2,3 (default: all the offload allows)")
+    parser.add_argument(
+        "--stage",
+        metavar="S,S",
+        help="stages to estimate, e.g. 2,3 (default: --ds-config's, or all that the offload allows)",
+    )
     parser.add_argument("--explain", action="store_true", help="show every copy's formula with the numbers put in")
     parser.add_argument("--ds-compat", action="store_true", help="print DeepSpeed's estimator tables instead")
     parser.add_argument("--additional-buffer-factor", metavar="X", default="1.5", help="--ds-compat only (default 1.5)")
@@ -50,9 +55,11 @@ def run_estimate(args: argparse.Namespace) -> CommandResult:
     cluster = _cli_args.cluster_from_args(args)
     if args.ds_compat:
         return _ds_compat(model, cluster.gpus_per_node, cluster.nodes, args.additional_buffer_factor)
-    training = _cli_args.training_from_args(args, model)
+    base_training, base_zero = _cli_args.ds_settings_from_args(args, cluster) or (None, None)
+    training = _cli_args.training_from_args(args, model, base_training)
     results = [
-        estimate(model, cluster, training, _cli_args.zero_from_args(args, stage)) for stage in _stages(args)
+        estimate(model, cluster, training, _cli_args.zero_from_args(args, stage, base_zero))
+        for stage in _stages(args, base_zero)
     ]
     data = {
         "model": _model_dict(model),
@@ -64,15 +71,14 @@ def run_estimate(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data, _report.report_text(results, with_explain=args.explain))
 
 
-def _stages(args: argparse.Namespace) -> list[int]:
-    if args.offload_param != "none":
-        allowed = [3]
-    elif args.offload_optimizer != "none":
-        allowed = [1, 2, 3]
-    else:
-        allowed = [0, 1, 2, 3]
+def _stages(args: argparse.Namespace, ds_zero: ZeroSettings | None) -> list[int]:
+    """--stage; without it, the ds_config's stage, or every stage the offload flags allow."""
+    if args.stage is None and ds_zero is not None:
+        return [ds_zero.stage]
     if args.stage is None:
-        return allowed
+        if args.offload_param not in (None, "none"):
+            return [3]
+        return [1, 2, 3] if args.offload_optimizer not in (None, "none") else [0, 1, 2, 3]
     stages = []
     for part in args.stage.split(","):
         if part.strip() not in ("0", "1", "2", "3"):
@@ -128,8 +134,10 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
     )
     model = _cli_args.model_from_args(args)
     cluster = _cli_args.cluster_from_args(args)
-    training = _cli_args.training_from_args(args, model)
-    base = _cli_args.zero_from_args(args, stage=3)  # bucket sizes and bounds; the plan sets stage and offload
+    base_training, base_zero = _cli_args.ds_settings_from_args(args, cluster) or (None, None)
+    training = _cli_args.training_from_args(args, model, base_training)
+    # Bucket sizes and bounds; the plan sets stage and offload (stage 3 allows any offload a ds_config gives).
+    base = _cli_args.zero_from_args(args, 3, base_zero)
     result = plan(model, cluster, limits, training, base)
     data = {
         "model": _model_dict(model),

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from . import _checks, _sources
+from . import _checks, _ds_config, _sources
 from ._errors import EstimateError
 from ._presets import PRESETS
 from ._settings import CHECKPOINTING, OFFLOAD_DEVICES, OPTIMIZERS, PRECISION_BYTES, Cluster, Training, ZeroSettings
@@ -45,6 +47,7 @@ FLAGS = {
     "gpu_memory": "--gpu-memory",
     "cpu_memory": "--cpu-memory",
     "nvme": "--nvme",
+    "ds_config": "--ds-config",
 }
 # Integer ZeRO settings: flag -> ZeroSettings field.
 _ZERO_COUNTS = {
@@ -82,16 +85,25 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True) -> None:
-    """Hardware, training and ZeRO flags; `offload=False` leaves out the offload devices (plan tries them all)."""
+    """--ds-config, hardware, training and ZeRO flags; `offload=False` leaves out the offload devices.
+
+    `zero plan` tries every offload itself. Flags a ds_config also sets default to None, so a
+    flag left out takes the config's value (or, without one, the Training/ZeroSettings default).
+    """
     hardware = parser.add_argument_group("hardware")
     hardware.add_argument("--gpus", metavar="N", default="1", help="GPUs per node (default 1)")
     hardware.add_argument("--nodes", metavar="N", default="1", help="nodes (default 1)")
+    parser.add_argument(
+        "--ds-config",
+        metavar="PATH",
+        help="a DeepSpeed ds_config JSON for the training and ZeRO settings; flags given override it",
+    )
     training = parser.add_argument_group("training")
-    training.add_argument("--precision", metavar="P", default="bf16", help=_one_of(PRECISION_BYTES, "bf16"))
-    training.add_argument("--optimizer", metavar="NAME", default="adamw", help=_one_of(OPTIMIZERS, "adamw"))
-    training.add_argument("--micro-batch", metavar="N", default="1", help="micro-batch per GPU (default 1)")
+    training.add_argument("--precision", metavar="P", help=_one_of(PRECISION_BYTES, "bf16"))
+    training.add_argument("--optimizer", metavar="NAME", help=_one_of(OPTIMIZERS, "adamw"))
+    training.add_argument("--micro-batch", metavar="N", help="micro-batch per GPU (default 1)")
     training.add_argument("--seq-len", metavar="N", help="tokens per sample (default 2048, or the model's maximum)")
-    training.add_argument("--grad-accum", metavar="N", default="1", help="gradient accumulation steps (default 1)")
+    training.add_argument("--grad-accum", metavar="N", help="gradient accumulation steps (default 1)")
     training.add_argument("--checkpointing", metavar="MODE", help=_one_of(CHECKPOINTING, "none"))
     training.add_argument(
         "--checkpoint-every", metavar="K", help="full checkpointing, one checkpoint every K layers (default 1)"
@@ -113,8 +125,8 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
     zero = parser.add_argument_group("ZeRO (zero_optimization keys; DeepSpeed's defaults)")
     if offload:
         devices = _one_of(OFFLOAD_DEVICES, "none")
-        zero.add_argument("--offload-optimizer", metavar="DEVICE", default="none", help=devices)
-        zero.add_argument("--offload-param", metavar="DEVICE", default="none", help="none | cpu | nvme; stage 3 only")
+        zero.add_argument("--offload-optimizer", metavar="DEVICE", help=devices)
+        zero.add_argument("--offload-param", metavar="DEVICE", help="none | cpu | nvme; stage 3 only")
     for flag, field in _ZERO_COUNTS.items():
         unit = _COUNT_UNITS.get(field, "elements")
         zero.add_argument(flag, metavar="N", help=f"{unit} (default {getattr(ZeroSettings, field):,})")
@@ -179,23 +191,49 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
     return Cluster(parse_count(args.gpus, "--gpus"), parse_count(args.nodes, "--nodes"))
 
 
-def training_from_args(args: argparse.Namespace, model: ModelSpec | None = None) -> Training:
-    """The training loop; `model` gives the layer count --number-checkpoints divides."""
-    every, checkpointing = _checkpoint_every(args, model), args.checkpointing
-    if checkpointing is None:  # --checkpoint-every, --number-checkpoints and --cpu-checkpointing imply full
-        checkpointing = "full" if every is not None or args.cpu_checkpointing else "none"
-    return Training(
-        precision=_checks.choice(args.precision, "--precision", PRECISION_BYTES),
-        optimizer=_checks.choice(args.optimizer, "--optimizer", OPTIMIZERS),
-        micro_batch=parse_count(args.micro_batch, "--micro-batch"),
-        seq_len=_optional_count(args.seq_len, "--seq-len"),
-        grad_accum=parse_count(args.grad_accum, "--grad-accum"),
-        checkpointing=_checks.choice(checkpointing, "--checkpointing", CHECKPOINTING),
-        flash_attention=args.flash_attention,
-        checkpoint_every=1 if every is None else every,
-        cpu_checkpointing=args.cpu_checkpointing,
-        offload_activations=args.offload_activations,
-    )
+def ds_settings_from_args(args: argparse.Namespace, cluster: Cluster) -> tuple[Training, ZeroSettings] | None:
+    """The training and ZeRO settings of --ds-config, before the flags override them; None without it."""
+    if args.ds_config is None:
+        return None
+    ds = _ds_config.load_ds_config(args.ds_config)
+    try:
+        # --seq-len and the other training flags are applied over it by training_from_args.
+        return _ds_config.settings_from_ds_config(ds, cluster.world_size, checkpointing=_checkpointing(args))
+    except EstimateError as error:
+        raise EstimateError(str(error), f"--ds-config {args.ds_config}") from None
+
+
+def training_from_args(
+    args: argparse.Namespace, model: ModelSpec | None = None, base: Training | None = None
+) -> Training:
+    """The training loop: `base` (from --ds-config) or the defaults, with the flags given.
+
+    `model` gives the layer count --number-checkpoints divides.
+    """
+    every = _checkpoint_every(args, model)
+    given: dict[str, object] = {
+        "precision": _optional_choice(args.precision, "--precision", PRECISION_BYTES),
+        "optimizer": _optional_choice(args.optimizer, "--optimizer", OPTIMIZERS),
+        "micro_batch": _optional_count(args.micro_batch, "--micro-batch"),
+        "seq_len": _optional_count(args.seq_len, "--seq-len"),
+        "grad_accum": _optional_count(args.grad_accum, "--grad-accum"),
+        "checkpointing": _checkpointing(args),
+        "checkpoint_every": every,
+        # store_true flags: left out means "as the base has it", so False is not an override.
+        "flash_attention": args.flash_attention or None,
+        "cpu_checkpointing": args.cpu_checkpointing or None,
+        "offload_activations": args.offload_activations or None,
+    }
+    overrides: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
+    return Training(**overrides) if base is None else replace(base, **overrides)
+
+
+def _checkpointing(args: argparse.Namespace) -> str:
+    """--checkpointing, or "full" where --checkpoint-every, --number-checkpoints or --cpu-checkpointing imply it."""
+    if args.checkpointing is not None:
+        return _checks.choice(args.checkpointing, "--checkpointing", CHECKPOINTING)
+    implied = args.checkpoint_every is not None or args.number_checkpoints is not None or args.cpu_checkpointing
+    return "full" if implied else "none"
 
 
 def _checkpoint_every(args: argparse.Namespace, model: ModelSpec | None) -> int | None:
@@ -215,28 +253,34 @@ def _checkpoint_every(args: argparse.Namespace, model: ModelSpec | None) -> int 
     return -(-layers // number)
 
 
-def zero_from_args(args: argparse.Namespace, stage: int) -> ZeroSettings:
-    counts = {}
+def zero_from_args(args: argparse.Namespace, stage: int, base: ZeroSettings | None = None) -> ZeroSettings:
+    """ZeRO settings at `stage`: `base` (from --ds-config) or DeepSpeed's defaults, with the flags given."""
+    overrides: dict[str, Any] = {"stage": stage}
     for flag, field in _ZERO_COUNTS.items():
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
-            counts[field] = parse_count(value, flag, minimum=1 if field == "reduce_bucket_size" else 0)
-    optimizer_device = getattr(args, "offload_optimizer", "none")  # `zero plan` has no offload flags
-    param_device = getattr(args, "offload_param", "none")
-    return ZeroSettings(
-        stage=stage,
-        offload_optimizer=_checks.choice(optimizer_device, "--offload-optimizer", OFFLOAD_DEVICES),
-        offload_param=_checks.choice(param_device, "--offload-param", OFFLOAD_DEVICES),
-        overlap_comm=args.overlap_comm,
-        memory_efficient_linear=not args.no_memory_efficient_linear,
-        zero_init=not args.no_zero_init,
-        pin_memory=not args.no_pin_memory,
-        **counts,
-    )
+            overrides[field] = parse_count(value, flag, minimum=1 if field == "reduce_bucket_size" else 0)
+    for flag in ("--offload-optimizer", "--offload-param"):
+        field = flag[2:].replace("-", "_")
+        device = _optional_choice(getattr(args, field, None), flag, OFFLOAD_DEVICES)  # `zero plan` has no such flags
+        if device is not None:
+            overrides[field] = device
+    if args.overlap_comm is not None:
+        overrides["overlap_comm"] = args.overlap_comm
+    # The --no-* flags given turn a setting off; left out, the base's value stands.
+    for flag, field in (("no_memory_efficient_linear", "memory_efficient_linear"), ("no_zero_init", "zero_init"),
+                        ("no_pin_memory", "pin_memory")):
+        if getattr(args, flag):
+            overrides[field] = False
+    return ZeroSettings(**overrides) if base is None else replace(base, **overrides)
 
 
 def _one_of(names: Iterable[str], default: str) -> str:
     return f"{' | '.join(names)} (default {default})"
+
+
+def _optional_choice(value: str | None, flag: str, choices: Iterable[str]) -> str | None:
+    return None if value is None else _checks.choice(value, flag, choices)
 
 
 def _optional_count(value: str | None, flag: str, *, minimum: int = 1) -> int | None:

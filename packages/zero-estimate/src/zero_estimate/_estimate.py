@@ -1,11 +1,11 @@
 """Our memory model: every copy, per device and per phase, for one model and one configuration."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ._activations import activation_lines
 from ._errors import EstimateError
-from ._lines import PHASES, Line
+from ._lines import LOCATIONS, PHASES, Line
 from ._settings import DEFAULT_SEQ_LEN, Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
 from ._states import state_lines
@@ -80,6 +80,26 @@ class Estimate:
             "peak": {d: dict(zip(("phase", "bytes"), self.peak(d))) for d in REPORT_DEVICES},
             "lines": [line.as_dict() for line in self.lines],
             "notes": list(self.notes),
+            "inputs": self._inputs(),
+            # Per GPU for "gpu", per node for host memory and NVMe, as by_category gives them.
+            "categories": {
+                where: {phase: self.by_category(where, phase) for phase in PHASES} for where in LOCATIONS
+            },
+        }
+
+    def _inputs(self) -> dict[str, object]:
+        """The settings the estimate was made with, so JSON output can be checked against the run it predicts."""
+        training = self.training
+        return {
+            "precision": training.precision,
+            "optimizer": training.optimizer,
+            "micro_batch": training.micro_batch,
+            "seq_len": self.seq_len,
+            "grad_accum": training.grad_accum,
+            "attention": "flash" if training.flash_attention else "eager (scores kept)",
+            "world_size": self.cluster.world_size,
+            # overlap_comm as used: None (DeepSpeed's default) resolves by stage.
+            "zero": {**asdict(self.zero), "overlap_comm": self.zero.overlap},
         }
 
 

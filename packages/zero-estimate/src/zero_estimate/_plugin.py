@@ -1,6 +1,8 @@
 """Hook implementations of zero-estimate, loaded through the `zero` entry point; imports no torch at module level."""
 from __future__ import annotations
 
+from typing import Any
+
 from zero_plugins import CommandTable, hookimpl
 
 
@@ -20,3 +22,11 @@ def zero_register_commands(cli: CommandTable) -> None:
         add_arguments=_cli.add_plan_arguments,
         run=_cli.run_plan,
     )
+
+
+@hookimpl
+def zero_estimate_memory(request: dict[str, Any]) -> dict[str, Any]:
+    """zero-core's hookspec: the estimate of a live module trained with a ds_config (see _profile_hook)."""
+    from ._profile_hook import estimate_memory  # loads only when `zero profile` asks
+
+    return estimate_memory(request)

@@ -1,0 +1,39 @@
+"""`zero_estimate_memory`: the estimate `zero profile` sets beside the engine's ledger.
+
+The hookspec is zero-core's (zero_core/profile/_hookspecs.py), which zero-estimate cannot
+import; its request is a plain dict, so this module checks its keys itself.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import _checks
+from ._ds_config import settings_from_ds_config, with_stage
+from ._errors import EstimateError
+from ._estimate import estimate
+from ._settings import Cluster
+from ._sources import from_module
+
+REQUIRED = ("module", "ds_config", "world_size", "seq_len", "stage")
+
+
+def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Estimate.as_dict() of request["module"] trained with request["ds_config"] on one node of world_size GPUs.
+
+    "stage" replaces the config's stage; "checkpointing" (default "none") is the model's activation
+    checkpointing, which the ds_config does not tell. Keys beyond these are ignored, so a newer
+    zero-core can send more.
+    """
+    missing = [key for key in REQUIRED if key not in request]
+    if missing:
+        raise EstimateError(f"missing {', '.join(missing)}; pass all of {', '.join(REQUIRED)}", "request")
+    world_size = _checks.count(request["world_size"], "world_size")
+    training, zero = settings_from_ds_config(
+        request["ds_config"],
+        world_size,
+        checkpointing=request.get("checkpointing", "none"),
+        seq_len=_checks.count(request["seq_len"], "seq_len"),
+    )
+    zero = with_stage(zero, request["stage"])
+    return estimate(from_module(request["module"]), Cluster(gpus_per_node=world_size), training, zero).as_dict()
