@@ -38,6 +38,7 @@ from ..sharding import (
 from ..stage3 import build_stage3_state
 from ._engine import EngineParts, ZeroEngine
 from ._offload import open_offload_devices
+from ._preflight import WRAPPED_ATTRIBUTE, check_model, check_ranks_agree
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
@@ -66,6 +67,8 @@ def assemble_engine(
     name_parameters(model)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
+    check_model(model, param_groups)
+    check_ranks_agree(model, config)  # before the first collective that a difference would hang
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
     homes = StateHomes(device, ledger, offload.optimizer, offload.parameters, offload.swap, offload.param_swap)
     order = {id(p): index for index, p in enumerate(model.parameters())}
@@ -78,7 +81,7 @@ def assemble_engine(
                             [{"params": g.master.optimizer_params, **g.options} for g in state.groups],
                             offload.optimizer.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
-                                   policy, fp16=dtype == torch.float16, ledger=ledger, homes=homes)
+                                   policy, ledger=ledger, homes=homes)
     reducer = GradReducer(state.buckets, comm, policy.grad_reduction, bool(config.zero_optimization.overlap_comm),
                           ledger)
     loader = None
@@ -87,8 +90,10 @@ def assemble_engine(
         loader = build_dataloader(training_data, int(cast(int, config.train_micro_batch_size_per_gpu)), comm.rank,
                                   comm.world_size, collate_fn)
     scheduler = resolve_scheduler(config, lr_scheduler, inner)
-    return ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,
-                                  ledger, device, dtype, homes, loader))
+    engine = ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,
+                                    ledger, device, dtype, homes, loader))
+    setattr(model, WRAPPED_ATTRIBUTE, True)  # until engine.destroy(): a second initialize on it is refused
+    return engine
 
 
 def _state_builder(policy: StagePolicy) -> StateBuilder:

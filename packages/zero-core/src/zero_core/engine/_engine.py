@@ -15,6 +15,9 @@ from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
+from ._preflight import WRAPPED_ATTRIBUTE
+from ._skips import SkippedSteps
+from ._usage import CallOrder
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
@@ -68,6 +71,10 @@ class ZeroEngine(torch.nn.Module):
         self._passes = parts.passes
         self._homes = parts.homes
         self._saver = AsyncSaver()
+        limits = parts.config.non_finite_steps
+        dynamic = parts.config.fp16.enabled and parts.config.fp16.dynamic
+        self._order = CallOrder()
+        self._skips = SkippedSteps(limits.max_consecutive, limits.initial_limit(dynamic))
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -76,6 +83,7 @@ class ZeroEngine(torch.nn.Module):
 
     # --- the training loop ---
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._order.check_alive("forward")
         with self.ledger.phase("forward"), self._passes.forward():
             return self.module(*args, **kwargs)
 
@@ -88,6 +96,7 @@ class ZeroEngine(torch.nn.Module):
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ZeroError("engine.backward needs the loss as a tensor with one element (reduce it with .mean() "
                             "or .sum() first)")
+        self._order.backward()
         scaled = loss.float()
         accumulation = self.gradient_accumulation_steps()
         if accumulation > 1 and scale_wrt_gas:
@@ -103,6 +112,7 @@ class ZeroEngine(torch.nn.Module):
                 scaled.backward(retain_graph=retain_graph)
             except BaseException:
                 self._reducer.abort()
+                self._order.backward_pending = False  # this micro-batch's backward did not happen
                 raise
             self._reducer.end()
         return loss
@@ -110,25 +120,33 @@ class ZeroEngine(torch.nn.Module):
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
         """Count one micro-batch; at the boundary, step the optimizer and then the LR scheduler.
 
-        An fp16 overflow skips the optimizer step and the scheduler step (`skipped_steps` counts them).
+        Non-finite gradients (an fp16 overflow, or inf/NaN at any precision) skip the optimizer step and the
+        scheduler step on every rank (`skipped_steps` counts them, a WARNING says so; docs/reliability.md).
         """
+        self._order.step()
         self._step_applied = False
         if self.is_gradient_accumulation_boundary():
             self._saver.wait_for_snapshot()  # an asynchronous save still copying the weights the step changes
+            scale = self.optimizer.loss_scale
             with self.ledger.phase("step"):
                 applied = self.optimizer.step()
             self._step_applied = applied
             if applied:
+                self._skips.record_applied()
                 if self.lr_scheduler is not None:
                     self.lr_scheduler.step(**(lr_kwargs or {}))
             else:
                 self.skipped_steps += 1
+                after = self.optimizer.loss_scale
+                self._skips.record_skipped(self.global_steps + 1,
+                                           f"loss scale {scale:g} -> {after:g}" if self.fp16_enabled() else "")
             self.global_steps += 1
             self.global_samples += self.train_batch_size()
         self.micro_steps += 1
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop accumulated gradients (the step already does this after each update)."""
+        """Drop accumulated gradients (the step already does this after each update); a backward may follow."""
+        self._order.backward_pending = False
         self.optimizer.zero_grad(set_to_none)
 
     def is_gradient_accumulation_boundary(self) -> bool:
@@ -240,6 +258,8 @@ class ZeroEngine(torch.nn.Module):
     def destroy(self) -> None:
         """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model, and release
         what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished."""
+        self._order.destroyed = True
+        self.module.__dict__.pop(WRAPPED_ATTRIBUTE, None)  # the model may be wrapped again
         self._saver.wait()
         self._reducer.remove_hooks()
         self._passes.remove_hooks()

@@ -70,10 +70,10 @@ class DynamicLossScaler(LossScaler):
                         "lower fp16.min_loss_scale, lower the learning rate, or train in bf16"
                     )
                 new_scale = max(self.cur_scale / self.scale_factor, self.min_scale)
-                log.info("fp16 overflow: step skipped, loss scale %g -> %g", self.cur_scale, new_scale)
+                log.debug("fp16 overflow: loss scale %g -> %g", self.cur_scale, new_scale)
                 self.cur_scale = new_scale
             else:
-                log.info("fp16 overflow: step skipped, hysteresis %d -> %d", self.cur_hysteresis,
+                log.debug("fp16 overflow: hysteresis %d -> %d", self.cur_hysteresis,
                          self.cur_hysteresis - 1)
                 self.cur_hysteresis -= 1
             self.last_overflow_iter = self.cur_iter

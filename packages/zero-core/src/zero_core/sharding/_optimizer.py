@@ -2,7 +2,7 @@
 
 A step: the global gradient norm (each rank's owned gradients, summed across ranks when the
 policy shards the optimizer state, where each element is owned by exactly one rank); with
-fp16, a non-finite norm is an overflow that skips the step; unscale and clip in one
+a non-finite norm (an fp16 overflow, or inf/NaN at any precision) skips the step; unscale and clip in one
 multiply while making the fp32 gradients; the torch optimizer's step on the master; the
 master copied back into the compute-dtype params; when sharded, every replicated bucket
 all-gathered so all ranks hold those parameters whole again (stage 3's partitioned units
@@ -35,7 +35,6 @@ class ZeroOptimizer:
         loss_scaler: LossScaler,
         gradient_clipping: float,
         policy: StagePolicy,
-        fp16: bool,
         ledger: MemoryLedger,
         homes: StateHomes,
     ) -> None:
@@ -47,7 +46,6 @@ class ZeroOptimizer:
         self._global_grad_norm: float | None = None
         self._comm = comm
         self._sharded = policy.shards_optimizer_state
-        self._fp16 = fp16
         self._ledger = ledger
         self._homes = homes
 
@@ -89,12 +87,13 @@ class ZeroOptimizer:
 
     # --- the step ---
     def step(self) -> bool:
-        """Step with the reduced gradients; False when an fp16 overflow skipped it."""
+        """Step with the reduced gradients; False when they were non-finite (an fp16 overflow, or inf/NaN) and it was skipped."""
         scale = self.loss_scaler.scale
         self._homes.synchronize()  # gradients copied to an offloaded optimizer during backward
         scaled_norm = self._scaled_grad_norm()
         self._global_grad_norm = scaled_norm / scale
-        self.overflow = self._fp16 and not math.isfinite(scaled_norm)
+        # The norm is summed across ranks (or of gradients already equal on every rank), so every rank skips alike.
+        self.overflow = not math.isfinite(scaled_norm)
         if self.overflow:
             self.zero_grad()
             self.loss_scaler.update(True)

@@ -1,0 +1,102 @@
+"""Checks before `initialize` builds anything: the model is trainable and not already wrapped, and every rank
+brings the same model and the same config (one all-gather of a fingerprint; a difference fails on every rank
+with the first difference and the ranks that disagree, instead of a hang or a silently different run)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from zero_plugins import ZeroError
+
+from ..sharding import ParamGroup
+from ..stage3 import unit_of
+
+if TYPE_CHECKING:
+    from ..config import ZeroConfig
+
+# Set on a model that an engine wraps: the engine's hooks and buffers are on it.
+WRAPPED_ATTRIBUTE = "_zero_engine_wrapped"
+
+
+class RankMismatch(ZeroError, RuntimeError):
+    """The ranks brought different models or configs."""
+
+
+def check_model(model: torch.nn.Module, param_groups: list[ParamGroup]) -> None:
+    """One clear error for a model this engine cannot train."""
+    name = type(model).__name__
+    if getattr(model, WRAPPED_ATTRIBUTE, False):
+        raise ZeroError(f"this {name} is already wrapped by a ZeroEngine (initialize was called on it before); "
+                        "call engine.destroy() on that engine first, or build a new model")
+    meta = [fqn for fqn, p in model.named_parameters() if p.device.type == "meta" and unit_of(p) is None]
+    if meta:
+        raise ZeroError(f"{len(meta)} parameter(s) of {name} are on the meta device and hold no values (first: "
+                        f"{meta[0]}); build the model under zero_core.Init(...), or call model.to_empty(device=...) "
+                        "and load the weights before initialize")
+    if not any(group.params for group in param_groups):
+        raise ZeroError(f"{name} has no parameter with requires_grad=True among those given to initialize: "
+                        "there is nothing to train; unfreeze some parameters (or pass model_parameters that train)")
+
+
+def fingerprint(model: torch.nn.Module, config: ZeroConfig) -> dict[str, Any]:
+    """What must be equal on every rank: each parameter (name, whole shape, dtype, trainable), the effective
+    config, and the world layout."""
+    params = [(fqn, list(getattr(p, "ds_shape", p.shape)), str(p.dtype), p.requires_grad)
+              for fqn, p in model.named_parameters()]
+    settings = json.loads(config.model_dump_json())
+    return {"parameters": params, "config": settings, "world_size": dist.get_world_size()}
+
+
+def check_ranks_agree(model: torch.nn.Module, config: ZeroConfig) -> None:
+    """All-gather a digest of `fingerprint`; on a difference, gather the fingerprints and name the first one."""
+    world = dist.get_world_size()
+    if world == 1:
+        return
+    mine = fingerprint(model, config)
+    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
+    digests: list[Any] = [None] * world
+    dist.all_gather_object(digests, digest)
+    if len(set(digests)) == 1:
+        return
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, mine)  # only when they differ: the details, to say where
+    raise RankMismatch(first_difference(everyone, digests))
+
+
+def first_difference(fingerprints: list[dict[str, Any]], digests: list[str]) -> str:
+    """One line: the first field that differs, its value on rank 0's side and on the ranks that disagree."""
+    others = [rank for rank, digest in enumerate(digests) if digest != digests[0]]
+    theirs = fingerprints[others[0]]
+    ours = fingerprints[0]
+    where = f"ranks {others} differ from rank 0"
+    a, b = ours["parameters"], theirs["parameters"]
+    for index in range(max(len(a), len(b))):
+        if index >= len(a) or index >= len(b) or a[index] != b[index]:
+            left = _describe(a[index]) if index < len(a) else "no parameter"
+            right = _describe(b[index]) if index < len(b) else "no parameter"
+            return (f"the ranks' models differ ({where}): parameter {index}: rank 0 has {left}, rank {others[0]} "
+                    f"has {right} ({len(a)} against {len(b)} parameters); every rank must build the same model")
+    difference = _first_key_difference(ours["config"], theirs["config"], "")
+    if difference is not None:
+        key, left, right = difference
+        return (f"the ranks' configs differ ({where}): {key} is {left!r} on rank 0 and {right!r} on rank "
+                f"{others[0]}; every rank must load the same ds_config")
+    return f"the ranks' setups differ ({where}): world size {ours['world_size']} against {theirs['world_size']}"
+
+
+def _describe(param: list[Any]) -> str:
+    fqn, shape, dtype, trainable = param
+    return f"{fqn} {tuple(shape)} {dtype.removeprefix('torch.')}{'' if trainable else ' frozen'}"
+
+
+def _first_key_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_key_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path, a, b)
