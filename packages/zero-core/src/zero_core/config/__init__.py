@@ -7,6 +7,7 @@ from ._aio import AioConfig
 from ._errors import ConfigError, IgnoredConfigKeysWarning
 from ._loader import load_config, read_config_file
 from ._model import ZeroConfig
+from ._nonfinite import NonFiniteStepsConfig
 from ._offload import OffloadDevice, OffloadOptimizerConfig, OffloadParamConfig
 from ._optim import OptimizerConfig, SchedulerConfig
 from ._precision import BF16Config, FP16Config
@@ -19,6 +20,7 @@ __all__ = [
     "ConfigError",
     "FP16Config",
     "IgnoredConfigKeysWarning",
+    "NonFiniteStepsConfig",
     "OffloadDevice",
     "OffloadOptimizerConfig",
     "OffloadParamConfig",

@@ -8,6 +8,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 from ._activation import ActivationCheckpointingConfig
 from ._aio import AioConfig
 from ._base import ConfigModel
+from ._nonfinite import NonFiniteStepsConfig
 from ._optim import OptimizerConfig, SchedulerConfig
 from ._precision import BF16Config, FP16Config
 from ._types import Bool, NonNegFloat, PositiveInt
@@ -86,6 +87,8 @@ class ZeroConfig(ConfigModel):
     aio: AioConfig = Field(default_factory=AioConfig)
     # None: the block is absent, and initialize leaves zero_core.checkpointing as it is.
     activation_checkpointing: ActivationCheckpointingConfig | None = None
+    # zero's own: when steps skipped for non-finite gradients should stop the run.
+    non_finite_steps: NonFiniteStepsConfig = Field(default_factory=NonFiniteStepsConfig)
     # None: never print (DeepSpeed 0.19's default).
     steps_per_print: PositiveInt | None = None
     wall_clock_breakdown: Bool = False
