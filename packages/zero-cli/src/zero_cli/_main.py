@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from zero_plugins import CommandResult, ZeroError, installed_zero_distributions, plain_hookimpls, use_hookspecs
 
@@ -29,6 +29,21 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# Every character str.splitlines() breaks at: an error stays on one line, with them shown escaped.
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_ESCAPED = str.maketrans({ch: ch.encode("unicode_escape").decode("ascii") for ch in _LINE_BREAKS})
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (argparse prints the usage first); --help still shows it.
+
+    Sub-parsers, and the parsers plugins add below them, are made of this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message.translate(_ESCAPED)}; see {self.prog} --help\n")
+
+
 def collect_commands() -> CommandSet:
     manager = use_hookspecs(_hookspecs)
     commands = CommandSet()
@@ -39,7 +54,7 @@ def collect_commands() -> CommandSet:
 
 
 def build_parser(commands: CommandSet) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zero", description="ZeRO memory optimization for PyTorch training.")
+    parser = _Parser(prog="zero", description="ZeRO memory optimization for PyTorch training.")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in sorted(commands.commands):
@@ -63,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = args._command.run(args)
     except ZeroError as error:
         # Exit 2 like argparse's own usage errors: the input was wrong, not the program.
-        print(f"zero: error: {error}", file=sys.stderr)
+        print(f"zero: error: {str(error).translate(_ESCAPED)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

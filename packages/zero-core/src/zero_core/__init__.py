@@ -19,6 +19,11 @@ _EXPORTS = {
     "MemoryReport": ".memory",
     "see_memory_usage": ".accelerator",
     "initialize": ".engine",
+    "init_distributed": ".comm",
+    "CollectiveFailed": ".comm",
+    "NonFiniteStepsError": ".engine",
+    "RankMismatch": ".engine",
+    "EngineMisuse": ".engine",
     "ZeroEngine": ".engine",
     "ZeroOptimizer": ".engine",
     "load_config": ".config",
@@ -50,8 +55,9 @@ if TYPE_CHECKING:
     from . import checkpointing
     from .accelerator import Accelerator, get_accelerator, see_memory_usage, set_accelerator
     from .checkpoint import get_fp32_state_dict_from_zero_checkpoint
+    from .comm import CollectiveFailed, init_distributed
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
-    from .engine import ZeroEngine, ZeroOptimizer, initialize
+    from .engine import EngineMisuse, NonFiniteStepsError, RankMismatch, ZeroEngine, ZeroOptimizer, initialize
     from .memory import MemoryLedger, MemoryReport, StorageTracker
     from .stage3 import GatheredParameters, HeldParametersWarning, Init
 

@@ -8,6 +8,50 @@ from typing import NoReturn
 
 from ._errors import EstimateError
 
+# Upper bounds: a value above one is a typo (a missing unit, an extra e3), not a model or a cluster.
+# The API and the CLI check them through count() and positive_number(); docs/estimate.md lists them.
+MAX_PARAMS = 10**15  # parameters: ~1000x the largest models trained
+MAX_GPUS = 10**6  # GPUs per node, nodes, and the two multiplied (the world size)
+MAX_BATCH = 10**6  # samples per micro-batch, accumulation steps
+MAX_SEQ_LEN = 2**24  # tokens per sample (16,777,216): above every model's context window
+MAX_BYTES = 2**50  # memory and NVMe sizes: 1 PiB
+MAX_COUNT = 10**15  # any other count (bucket sizes, layers, hidden size, LoRA rank, ...)
+
+# API argument name -> (bound, what it counts).
+LIMITS: dict[str, tuple[int, str]] = {
+    **dict.fromkeys(("total_params", "trainable_params", "largest_layer_params"), (MAX_PARAMS, "1e15 parameters")),
+    **dict.fromkeys(("gpus_per_node", "num_gpus_per_node"), (MAX_GPUS, "1e6 GPUs per node")),
+    **dict.fromkeys(("nodes", "num_nodes"), (MAX_GPUS, "1e6 nodes")),
+    "world_size": (MAX_GPUS, "1e6 GPUs in all"),
+    "micro_batch": (MAX_BATCH, "1e6 samples per GPU"),
+    "grad_accum": (MAX_BATCH, "1e6 accumulation steps"),
+    "seq_len": (MAX_SEQ_LEN, "2**24 = 16777216 tokens per sample"),
+    **dict.fromkeys(("gpu_memory", "cpu_memory", "nvme"), (MAX_BYTES, "1 PiB (1024 TiB)")),
+}
+
+
+def at_most(value: int | float, field: str) -> None:
+    """The upper bound of `field` (LIMITS, else MAX_COUNT), named in the error."""
+    bound, what = LIMITS.get(field, (MAX_COUNT, "1e15"))
+    if value > bound:
+        raise EstimateError(f"must be at most {what} (got {_plain(value)}); check the number and its unit", field)
+
+
+def world_size(gpus_per_node: int, nodes: int, field: str = "nodes") -> int:
+    """GPUs per node times nodes, within MAX_GPUS."""
+    total = gpus_per_node * nodes
+    if total > MAX_GPUS:
+        raise EstimateError(
+            f"{gpus_per_node} GPUs per node x {nodes} nodes = {total} GPUs; the most is 1e6 GPUs in all", field
+        )
+    return total
+
+
+def lora_rank(rank: int, hidden_size: int, field: str = "lora_rank") -> None:
+    """A LoRA rank above the model's hidden size is larger than the layers it adapts."""
+    if rank > hidden_size:
+        raise EstimateError(f"must be at most the model's hidden size {hidden_size} (got {rank})", field)
+
 
 def count(value: object, field: str, *, minimum: int = 1) -> int:
     """A whole number of things (params, GPUs, elements) at least `minimum`.
@@ -20,6 +64,7 @@ def count(value: object, field: str, *, minimum: int = 1) -> int:
         raise EstimateError(f"must be a whole number (got {value!r})", field)
     if value < minimum:
         raise EstimateError(f"must be at least {minimum} (got {_plain(value)})", field)
+    at_most(value, field)
     return int(value)
 
 
@@ -29,6 +74,8 @@ def positive_number(value: object, field: str, *, allow_zero: bool = False) -> f
     if value < 0 or (value == 0 and not allow_zero):
         bound = "0 or more" if allow_zero else "greater than 0"
         raise EstimateError(f"must be {bound} (got {_plain(value)})", field)
+    if field in LIMITS:
+        at_most(value, field)
     return value
 
 
@@ -51,4 +98,8 @@ def unknown(
 
 
 def _plain(value: int | float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+    if isinstance(value, float) and not (value.is_integer() and abs(value) < 1e30):
+        return f"{value:.6g}"
+    whole = int(value)
+    # Python will not print an int of more than 4300 digits; nobody wants to read 30.
+    return str(whole) if abs(whole) < 10**30 else f"about 2**{whole.bit_length()}"

@@ -49,6 +49,8 @@ FLAGS = {
     "nvme": "--nvme",
     "ds_config": "--ds-config",
 }
+# The flag -> the API argument whose bound (_checks.LIMITS) it takes.
+_FIELDS = {flag: field for field, flag in FLAGS.items()}
 # Integer ZeRO settings: flag -> ZeroSettings field.
 _ZERO_COUNTS = {
     "--reduce-bucket-size": "reduce_bucket_size",
@@ -151,26 +153,43 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
     lora = None
     if args.lora_rank is not None:
         targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
-        lora = LoraSpec(parse_count(args.lora_rank, "--lora-rank"), targets)
+        lora = LoraSpec(_count(args.lora_rank, "--lora-rank"), targets)
     if args.preset:
-        return _sources.from_preset(args.preset, head=not args.base_model, lora=lora)
+        return _with_lora_checked(_sources.from_preset(args.preset, head=not args.base_model, lora=lora))
     if args.config:
         try:
-            return _sources.from_hf_config(Path(args.config), head=not args.base_model, lora=lora)
+            spec = _sources.from_hf_config(Path(args.config), head=not args.base_model, lora=lora)
         except EstimateError as error:
             if error.field is None or error.field in FLAGS:
                 raise  # already names the file, or a flag of its own
             raise EstimateError(str(error), f"--config {args.config}") from None
+        return _with_lora_checked(spec)
     if lora:
         needs = "LoRA needs the model's layers; use --preset or --config, or --trainable-params with --params"
         raise EstimateError(needs, "lora_rank")
     return _sources.from_numbers(
-        parse_count(args.params, "--params"),
+        _count(args.params, "--params"),
         _optional_count(args.largest_layer, "--largest-layer"),
         _optional_count(args.trainable_params, "--trainable-params", minimum=0),
         shape=_shape(args),
         name="model",
     )
+
+
+def _with_lora_checked(spec: ModelSpec) -> ModelSpec:
+    if spec.lora is not None and spec.shape is not None:
+        _checks.lora_rank(spec.lora.rank, spec.shape.hidden_size, "--lora-rank")
+    return spec
+
+
+def _count(text: str, flag: str, *, minimum: int = 1) -> int:
+    """parse_count, within the flag's upper bound (_checks.LIMITS), the error naming the flag."""
+    value = parse_count(text, flag, minimum=minimum)
+    try:
+        _checks.at_most(value, _FIELDS.get(flag, flag))
+    except EstimateError as error:
+        raise EstimateError(error.reason, flag) from None
+    return value
 
 
 def _shape(args: argparse.Namespace) -> TransformerShape | None:
@@ -182,13 +201,15 @@ def _shape(args: argparse.Namespace) -> TransformerShape | None:
     missing = [flag for flag, value in flags.items() if value is None]
     if missing:
         raise EstimateError(f"activations need {', '.join(missing)} as well as {', '.join(set(flags) - set(missing))}")
-    layers, hidden, heads = (parse_count(value, flag) for flag, value in flags.items())
+    layers, hidden, heads = (_count(value, flag) for flag, value in flags.items())
     vocab = _optional_count(args.vocab_size, "--vocab-size") or 0
     return TransformerShape(layers, hidden, heads, vocab)
 
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
-    return Cluster(parse_count(args.gpus, "--gpus"), parse_count(args.nodes, "--nodes"))
+    gpus, nodes = _count(args.gpus, "--gpus"), _count(args.nodes, "--nodes")
+    _checks.world_size(gpus, nodes, "--nodes")
+    return Cluster(gpus, nodes)
 
 
 def ds_settings_from_args(args: argparse.Namespace, cluster: Cluster) -> tuple[Training, ZeroSettings] | None:
@@ -240,10 +261,10 @@ def _checkpoint_every(args: argparse.Namespace, model: ModelSpec | None) -> int 
     if args.checkpoint_every is not None and args.number_checkpoints is not None:
         raise EstimateError("--checkpoint-every and --number-checkpoints both given; pass one of them")
     if args.checkpoint_every is not None:
-        return parse_count(args.checkpoint_every, "--checkpoint-every")
+        return _count(args.checkpoint_every, "--checkpoint-every")
     if args.number_checkpoints is None:
         return None
-    number = parse_count(args.number_checkpoints, "--number-checkpoints")
+    number = _count(args.number_checkpoints, "--number-checkpoints")
     if model is None or model.shape is None:
         needs = "needs the model's layers (--preset, --config, or --layers with --params)"
         raise EstimateError(needs, "number_checkpoints")
@@ -259,7 +280,7 @@ def zero_from_args(args: argparse.Namespace, stage: int, base: ZeroSettings | No
     for flag, field in _ZERO_COUNTS.items():
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
-            overrides[field] = parse_count(value, flag, minimum=1 if field == "reduce_bucket_size" else 0)
+            overrides[field] = _count(value, flag, minimum=1 if field == "reduce_bucket_size" else 0)
     for flag in ("--offload-optimizer", "--offload-param"):
         field = flag[2:].replace("-", "_")
         device = _optional_choice(getattr(args, field, None), flag, OFFLOAD_DEVICES)  # `zero plan` has no such flags
@@ -284,7 +305,7 @@ def _optional_choice(value: str | None, flag: str, choices: Iterable[str]) -> st
 
 
 def _optional_count(value: str | None, flag: str, *, minimum: int = 1) -> int | None:
-    return None if value is None else parse_count(value, flag, minimum=minimum)
+    return None if value is None else _count(value, flag, minimum=minimum)
 
 
 def flagged(error: EstimateError) -> str:

@@ -30,15 +30,23 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if file.is_dir():
         file = file / "config.json"
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is skipped
     except OSError as error:
         reason = error.strerror or error
         raise EstimateError(f"cannot read {file}: {reason}; pass a config.json or its folder") from None
+    except UnicodeDecodeError as error:
+        raise EstimateError(f"{file} is not UTF-8 text (byte {error.start}); pass a config.json saved as UTF-8") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise EstimateError(f"cannot read {str(file)!r}: {error}; pass a config.json or its folder") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
         raise EstimateError(f"{file} is not valid JSON: {error.msg} at {where}") from None
+    except RecursionError:
+        raise EstimateError(f"{file} is not a config.json: its JSON is nested too deeply") from None
+    except ValueError as error:  # an integer of more than 4300 digits
+        raise EstimateError(f"{file} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise EstimateError(f"{file} holds a JSON {type(data).__name__}, not an object of config keys")
     return data
@@ -59,11 +67,53 @@ def modules_from_config(config: Mapping[str, Any], head: bool = True) -> tuple[l
     try:
         validated = schema.model_validate(dict(config))
     except ValidationError as error:
-        first = error.errors()[0]
+        first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or model_type
-        got = f" (got {first['input']!r})" if first["loc"] else ""
-        raise EstimateError(f"{first['msg'].removeprefix('Value error, ')}{got}", where) from None
+        got = f" (got {_short(first['input'])})" if first["loc"] else ""
+        raise EstimateError(f"{_problem(first)}{got}", where) from None
     return build(validated, head)
+
+
+# pydantic's error types in our words; its own ("Input should be ...") never reach the user.
+_PHRASES = {
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be a whole number",
+    "int_parsing_size": "must be an integer of at most 4300 digits",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "missing": "is required",
+    "extra_forbidden": "is not a key of this model type",
+}
+
+
+def _problem(error: Any) -> str:
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind in _PHRASES:
+        return _PHRASES[kind]
+    for name, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+        if name in ctx and kind.startswith(("greater", "less")):
+            return f"must be {sign} {ctx[name]}"
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')}"
+    return "is not a valid value for this key"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def spec_from_config(config: Mapping[str, Any], name: str, head: bool = True) -> ModelSpec:

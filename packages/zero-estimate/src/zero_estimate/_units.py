@@ -1,6 +1,7 @@
 """Counts and byte sizes as people type them ("6.9e9", "7B", "24GB") and as reports print them."""
 from __future__ import annotations
 
+import math
 import re
 
 from ._errors import EstimateError
@@ -21,6 +22,8 @@ def parse_count(text: str, field: str, *, minimum: int = 1) -> int:
     if not match:
         raise EstimateError(f"{text!r} is not a count; write e.g. 6.9e9, 6900000000 or 6.9B", field)
     value = float(match.group(1)) * _COUNT_SUFFIX[match.group(2)]
+    if not math.isfinite(value):
+        raise EstimateError(f"{text!r} is too large to be a count", field)
     if value < minimum:
         raise EstimateError(f"must be at least {minimum} (got {text})", field)
     return round(value)
@@ -33,6 +36,8 @@ def parse_size(text: str, field: str) -> int:
     if not match or (not match.group(2) and not match.group(3)):
         raise EstimateError(f"{text!r} is not a size; write a number with a unit, e.g. 24GB or 512MiB", field)
     value = float(match.group(1)) * _SIZE_SUFFIX[match.group(2) or "b"]
+    if not math.isfinite(value):
+        raise EstimateError(f"{text!r} is too large to be a size", field)
     if value <= 0:
         raise EstimateError(f"must be greater than 0 (got {text})", field)
     return round(value)

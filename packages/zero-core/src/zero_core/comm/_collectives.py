@@ -13,22 +13,40 @@ import torch
 import torch.distributed as dist
 
 from ..memory import MemoryLedger
+from ._failure import guarded
+from ._progress import RankProgress
 
 # torch 2.13 renamed the single-tensor collectives; older releases only have the old names.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
-Work = dist.Work
+
+
+class Work:
+    """An asynchronous collective's handle: `wait()` raises CollectiveFailed (naming the collective, where in
+    training it was launched and the peers it waited on) instead of the backend's bare error."""
+
+    def __init__(self, work: dist.Work, op: str, progress: RankProgress) -> None:
+        self._work, self._op, self._progress = work, op, progress
+
+    def wait(self) -> None:
+        with guarded(self._op, self._progress):
+            self._work.wait()
 
 
 class Collectives:
-    """Collectives over one process group; `async_op=True` returns a handle to wait on."""
+    """Collectives over one process group; `async_op=True` returns a handle to wait on.
+
+    A collective that times out or loses a peer raises CollectiveFailed, whose message names the
+    collective, this rank's place in training (`progress.where`, which the engine posts) and the peers.
+    """
 
     def __init__(self, ledger: MemoryLedger, group: dist.ProcessGroup | None = None) -> None:
         self.ledger = ledger
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
+        self.progress = RankProgress(self.rank, self.world_size)
 
     # torch's collectives are unannotated: they return a Work handle with async_op=True, else None.
     @overload
@@ -45,8 +63,9 @@ class Collectives:
                    async_op: bool = False) -> Work | None:
         size = _nbytes(tensor)
         self._count("all_reduce", size, 2 * (self.world_size - 1) * size // self.world_size)
-        work: Work | None = dist.all_reduce(tensor, op=op, group=self.group, async_op=async_op)
-        return work
+        with guarded("all_reduce", self.progress):
+            work = dist.all_reduce(tensor, op=op, group=self.group, async_op=async_op)
+        return self._handle(work, "all_reduce")
 
     @overload
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, *, async_op: Literal[True]) -> Work: ...
@@ -62,8 +81,9 @@ class Collectives:
         """
         size = _nbytes(input)
         self._count("reduce_scatter", size, (self.world_size - 1) * size // self.world_size)
-        work: Work | None = _reduce_scatter_single(output, input, group=self.group, async_op=async_op)
-        return work
+        with guarded("reduce_scatter", self.progress):
+            work = _reduce_scatter_single(output, input, group=self.group, async_op=async_op)
+        return self._handle(work, "reduce_scatter")
 
     @overload
     def all_gather(self, output: torch.Tensor, input: torch.Tensor, *, async_op: Literal[True]) -> Work: ...
@@ -76,15 +96,20 @@ class Collectives:
         """Concatenate every rank's `input` into `output`; `input` may be this rank's chunk of `output`."""
         size = _nbytes(output)
         self._count("all_gather", size, (self.world_size - 1) * size // self.world_size)
-        work: Work | None = _all_gather_single(output, input, group=self.group, async_op=async_op)
-        return work
+        with guarded("all_gather", self.progress):
+            work = _all_gather_single(output, input, group=self.group, async_op=async_op)
+        return self._handle(work, "all_gather")
 
     def broadcast(self, tensor: torch.Tensor, src_rank: int = 0) -> None:
         """Copy group rank `src_rank`'s tensor to every rank."""
         size = _nbytes(tensor)
         self._count("broadcast", size, size if self.rank == src_rank else 0)
         src = dist.get_global_rank(self.group, src_rank) if self.group is not None else src_rank
-        dist.broadcast(tensor, src=src, group=self.group)
+        with guarded("broadcast", self.progress):
+            dist.broadcast(tensor, src=src, group=self.group)
+
+    def _handle(self, work: dist.Work | None, op: str) -> Work | None:
+        return None if work is None else Work(work, op, self.progress)
 
     def _count(self, op: str, payload: int, sent: int) -> None:
         self.ledger.count_comm(op, payload, sent)

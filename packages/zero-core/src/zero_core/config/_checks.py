@@ -3,10 +3,16 @@ from __future__ import annotations
 
 from ._errors import ConfigError
 from ._model import ZeroConfig
+from ._params import OPTIMIZER_PARAMS, SCHEDULER_PARAMS, check_params
 
 
 def check_consistency(config: ZeroConfig) -> None:
-    """Raise ConfigError for settings that are valid one by one but not together."""
+    """Raise ConfigError for settings that are valid one by one but not together, and for bad optimizer
+    and scheduler params (free-form blocks, checked by name here)."""
+    if config.optimizer is not None:
+        check_params("optimizer", config.optimizer.type, config.optimizer.params, OPTIMIZER_PARAMS)
+    if config.scheduler is not None:
+        check_params("scheduler", config.scheduler.type, config.scheduler.params, SCHEDULER_PARAMS)
     if config.fp16.enabled and config.bf16.enabled:
         raise ConfigError("bf16.enabled", "cannot be true while fp16.enabled is true; enable one of them")
     fp16 = config.fp16

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from ._batch import resolve_batch_sizes
 from ._checks import check_consistency, drop_offload_unused_by_stage
-from ._errors import ConfigError, IgnoredConfigKeysWarning, from_validation_error
+from ._errors import ConfigError, IgnoredConfigKeysWarning, from_validation_error, show
 from ._keys import screen
 from ._model import ZeroConfig
 
@@ -27,13 +27,18 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
     """
     if isinstance(source, str) and source.lstrip().startswith("{"):
         raise ConfigError("", "load_config got JSON text; pass a file path, or a dict (json.loads(text))")
-    raw = source if isinstance(source, Mapping) else read_config_file(Path(source))
+    if not isinstance(source, (str, os.PathLike, Mapping)):
+        raise ConfigError("", f"load_config takes a ds_config file's path (str or os.PathLike) or a dict, "
+                              f"(got {type(source).__name__})")
+    raw = source if isinstance(source, Mapping) else read_config_file(_as_path(source))
     ignored: list[str] = []
     data = screen(ZeroConfig, raw, ignored)
     try:
         config = ZeroConfig.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
+    except RecursionError:
+        raise ConfigError("", "the config is nested too deeply (or refers to itself)") from None
     ignored += drop_offload_unused_by_stage(config)
     check_consistency(config)
     if world_size is not None:
@@ -49,23 +54,41 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
     return config
 
 
+def _as_path(source: str | os.PathLike[str]) -> Path:
+    try:
+        return Path(source)
+    except TypeError:  # an os.PathLike whose __fspath__ gives bytes
+        raise ConfigError("", f"config file {source!r}: the path must be text (str), not bytes") from None
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     """A ds_config file's JSON object, or one ConfigError naming the file and what is wrong with it."""
+    if "\x00" in str(path):
+        raise ConfigError("", f"config file {str(path)!r}: a path cannot contain a NUL character")
+    if str(path).strip() in ("", "."):
+        raise ConfigError("", "config file path is empty; pass the ds_config JSON file's path")
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark, which some Windows editors write, is skipped.
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError("", f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 JSON") from None
     except FileNotFoundError:
         raise ConfigError("", f"config file {path}: not found") from None
+    except IsADirectoryError:
+        raise ConfigError("", f"config file {path}: is a directory; pass the ds_config JSON file in it") from None
     except OSError as exc:
-        raise ConfigError("", f"config file {path}: cannot be read ({exc.strerror})") from None
+        raise ConfigError("", f"config file {path}: cannot be read ({exc.strerror or exc})") from None
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise ConfigError("", f"config file {path}: not valid JSON ({exc.msg} at {where})") from None
     except _DuplicateKey as exc:
-        raise ConfigError("", f'config file {path}: key "{exc.key}" appears twice in one object; keep one') from None
+        raise ConfigError("", f"config file {path}: key {show(exc.key)} appears twice in one object; keep one") from None
+    except RecursionError:
+        raise ConfigError("", f"config file {path}: JSON nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ConfigError("", f"config file {path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError("", f"config file {path}: must hold a JSON object (got {type(data).__name__})")
     return data

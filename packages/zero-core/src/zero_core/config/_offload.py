@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from ._base import ConfigModel
 from ._types import Bool, NonNegInt
@@ -22,11 +22,23 @@ def _device_name(name: str) -> str:
 OffloadDevice = Annotated[str, AfterValidator(_device_name)]
 
 
+def _directory(path: str) -> str:
+    # "" would be the working directory, and a NUL byte fails only when the swap files are made.
+    if not path.strip():
+        raise ValueError("must name a directory (got an empty string)")
+    if "\x00" in path:
+        raise ValueError("must not contain a NUL character")
+    return path
+
+
+NvmePath = Annotated[Path, BeforeValidator(lambda v: _directory(v) if isinstance(v, str) else v)]
+
+
 class OffloadParamConfig(ConfigModel):
     """Where partitioned parameters live between uses (stage 3 only)."""
 
     device: OffloadDevice = "none"
-    nvme_path: Path | None = None
+    nvme_path: NvmePath | None = None
     buffer_count: NonNegInt = 5
     buffer_size: NonNegInt = 100_000_000
     max_in_cpu: NonNegInt = 1_000_000_000
@@ -39,7 +51,7 @@ class OffloadOptimizerConfig(ConfigModel):
     IGNORED = frozenset({"ratio", "super_offload", "cpuadam_cores_perc"})
 
     device: OffloadDevice = "none"
-    nvme_path: Path | None = None
+    nvme_path: NvmePath | None = None
     # Adam swaps 4 tensors per parameter (param, grad, m, v), hence DeepSpeed's 4.
     buffer_count: NonNegInt = 4
     pin_memory: Bool = True

@@ -40,7 +40,9 @@ def _not_auto(value: Any) -> Any:
 
 Bool = StrictBool
 # 5e8 is a float in JSON; pydantic turns whole floats into ints and refuses 1.5.
-Int = Annotated[int, BeforeValidator(_json_int)]
+# 2**63 - 1 (int64): larger counts are typos, and torch could not hold them.
+MAX_INT = 2**63 - 1
+Int = Annotated[int, BeforeValidator(_json_int), Field(le=MAX_INT)]
 NonNegInt = Annotated[Int, Field(ge=0)]
 PositiveInt = Annotated[Int, Field(gt=0)]
 Float = Annotated[float, BeforeValidator(_json_float), AfterValidator(_finite)]

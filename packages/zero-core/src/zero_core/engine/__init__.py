@@ -18,12 +18,18 @@ from ..sharding import (
 from ._assemble import assemble_engine
 from ._engine import EngineParts, ZeroEngine
 from ._initialize import initialize
+from ._preflight import RankMismatch
+from ._skips import NonFiniteStepsError
+from ._usage import EngineMisuse
 
 __all__ = [
     "DynamicLossScaler",
+    "EngineMisuse",
     "EngineParts",
     "FlatLayout",
     "LossScaler",
+    "NonFiniteStepsError",
+    "RankMismatch",
     "ShardPiece",
     "Slot",
     "WarmupCosineLR",

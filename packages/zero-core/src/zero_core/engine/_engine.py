@@ -61,6 +61,7 @@ class ZeroEngine(torch.nn.Module):
         self.policy = parts.policy
         self.global_rank = parts.comm.rank
         self.world_size = parts.comm.world_size
+        self._comm = parts.comm
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.micro_steps = 0
         self.global_steps = 0
@@ -84,6 +85,7 @@ class ZeroEngine(torch.nn.Module):
     # --- the training loop ---
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._order.check_alive("forward")
+        self._post("forward")
         with self.ledger.phase("forward"), self._passes.forward():
             return self.module(*args, **kwargs)
 
@@ -104,15 +106,17 @@ class ZeroEngine(torch.nn.Module):
         scale = self.optimizer.loss_scaler.scale
         if scale != 1.0:
             scaled = scaled * scale
+        self._post("backward")
         with self._passes.backward(), self.ledger.phase("backward"):
             for group in self.optimizer.groups:
                 group.grads.attach()
             self._reducer.begin(reduce=self.is_gradient_accumulation_boundary())
             try:
                 scaled.backward(retain_graph=retain_graph)
-            except BaseException:
+            except BaseException as error:
                 self._reducer.abort()
                 self._order.backward_pending = False  # this micro-batch's backward did not happen
+                self._post_failure("backward", error)
                 raise
             self._reducer.end()
         return loss
@@ -128,8 +132,13 @@ class ZeroEngine(torch.nn.Module):
         if self.is_gradient_accumulation_boundary():
             self._saver.wait_for_snapshot()  # an asynchronous save still copying the weights the step changes
             scale = self.optimizer.loss_scale
+            self._post("step")
             with self.ledger.phase("step"):
-                applied = self.optimizer.step()
+                try:
+                    applied = self.optimizer.step()
+                except BaseException as error:
+                    self._post_failure("step", error)
+                    raise
             self._step_applied = applied
             if applied:
                 self._skips.record_applied()
@@ -143,6 +152,15 @@ class ZeroEngine(torch.nn.Module):
             self.global_steps += 1
             self.global_samples += self.train_batch_size()
         self.micro_steps += 1
+
+    def _post(self, phase: str) -> None:
+        """Say where this rank is (the store's progress board): a peer whose collective fails names it."""
+        self._comm.progress.post(f"step {self.global_steps + 1} {phase} (micro-step {self.micro_steps + 1})")
+
+    def _post_failure(self, phase: str, error: BaseException) -> None:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        self._comm.progress.post(f"failed in {phase} at step {self.global_steps + 1}: {type(error).__name__}"
+                                 + (f": {message[:200]}" if message else ""))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop accumulated gradients (the step already does this after each update); a backward may follow."""

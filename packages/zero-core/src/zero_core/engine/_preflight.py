@@ -79,11 +79,12 @@ def first_difference(fingerprints: list[dict[str, Any]], digests: list[str]) -> 
             right = _describe(b[index]) if index < len(b) else "no parameter"
             return (f"the ranks' models differ ({where}): parameter {index}: rank 0 has {left}, rank {others[0]} "
                     f"has {right} ({len(a)} against {len(b)} parameters); every rank must build the same model")
-    difference = _first_key_difference(ours["config"], theirs["config"], "")
-    if difference is not None:
-        key, left, right = difference
-        return (f"the ranks' configs differ ({where}): {key} is {left!r} on rank 0 and {right!r} on rank "
-                f"{others[0]}; every rank must load the same ds_config")
+    differences = _key_differences(ours["config"], theirs["config"], "")
+    if differences:
+        named = ", ".join(f"{key} is {left!r} on rank 0 and {right!r} on rank {others[0]}"
+                          for key, left, right in differences[:4])
+        more = f" (and {len(differences) - 4} more)" if len(differences) > 4 else ""
+        return f"the ranks' configs differ ({where}): {named}{more}; every rank must load the same ds_config"
     return f"the ranks' setups differ ({where}): world size {ours['world_size']} against {theirs['world_size']}"
 
 
@@ -92,11 +93,9 @@ def _describe(param: list[Any]) -> str:
     return f"{fqn} {tuple(shape)} {dtype.removeprefix('torch.')}{'' if trainable else ' frozen'}"
 
 
-def _first_key_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
+def _key_differences(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
+    """Every dotted key whose value differs (a key one stage setting implies, overlap_comm, differs with it)."""
     if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            found = _first_key_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
-            if found is not None:
-                return found
-        return None
-    return None if a == b else (path, a, b)
+        return [found for key in sorted(set(a) | set(b))
+                for found in _key_differences(a.get(key), b.get(key), f"{path}.{key}" if path else key)]
+    return [] if a == b else [(path, a, b)]

@@ -19,6 +19,7 @@ passes its one bucket per unit packed into fewer collectives (_packed_bucket.py)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Sequence
 from typing import cast
@@ -84,7 +85,15 @@ class GradReducer:
             self._active = False
 
     def abort(self) -> None:
-        """After a backward that raised: drop the half-done reduction so the next backward starts clean."""
+        """After a backward that raised: drop the half-done reduction so the next backward starts clean.
+
+        The collectives already launched are waited for (their errors dropped: the backward's own error is the
+        one that propagates): the peers launched the same ones, and a process that exits with collectives still
+        in flight can die in the backend (SIGABRT) instead of with its exception.
+        """
+        for _, work in self._inflight:
+            with contextlib.suppress(Exception):
+                work.wait()
         self._inflight.clear()
         for bucket in self._buckets:
             bucket.buffer = None

@@ -1,0 +1,102 @@
+"""Every input in bad_inputs.py is refused in one line that names it: ConfigError from load_config,
+exit status 2 from the `zero` command. Never a traceback, never a silent run.
+
+The CLI cases run in this process (zero_cli.main); only the environment-variable cases start a fresh
+interpreter, because the accelerator and backend selections are read once per process.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+from pathlib import Path
+
+import pytest
+from zero_core.config import ConfigError, load_config
+
+from bad_inputs import CLI, CONFIGS, ENV, FILES, SOURCES
+from cli_helpers import run_main, run_zero
+
+PYDANTIC_WORDING = ("Input should be", "validation error for", "type=", "For further information visit")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Each FILES entry written under a fresh directory: name -> path; "dir" is the directory itself."""
+    folder = tmp_path_factory.mktemp("bad_inputs")
+    paths = {"dir": str(folder), "nosuch": str(folder / "nosuch")}
+    for name, content in FILES.items():
+        (folder / name).write_bytes(content)
+        paths[name] = str(folder / name)
+    return paths
+
+
+def _one_line(message: str) -> None:
+    assert message.strip(), "no message"
+    assert len(message.strip().splitlines()) == 1, f"not one line:\n{message}"
+    for words in PYDANTIC_WORDING:
+        assert words not in message, message
+
+
+def _load(source: object) -> ConfigError:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConfigError) as caught:
+            load_config(source, world_size=1)  # type: ignore[arg-type]
+    return caught.value
+
+
+@pytest.mark.parametrize(("config", "key"), CONFIGS, ids=[f"config-{i}-{key}" for i, (_, key) in enumerate(CONFIGS)])
+def test_bad_ds_configs_are_one_config_error_naming_the_key(config: dict[str, Any], key: str) -> None:
+    message = str(_load(config))
+    _one_line(message)
+    assert key in message, message
+
+
+@pytest.mark.parametrize(("source", "word"), SOURCES, ids=[f"source-{i}" for i in range(len(SOURCES))])
+def test_bad_config_sources_are_one_config_error(files: dict[str, str], source: object, word: str) -> None:
+    if isinstance(source, str) and source.startswith("file:"):
+        name = source.removeprefix("file:")
+        source = files[name]
+        # A problem with the file names the file; a bad value in it, its key.
+        word_or_file = (word,) if "." in word else (word, Path(source).name)
+    elif source == "dir":
+        source = files["dir"]
+        word_or_file = (word, source)
+    else:
+        word_or_file = (word,)
+    message = str(_load(source))
+    _one_line(message)
+    for expected in word_or_file:
+        assert expected in message, message
+
+
+def _argv(args: list[str], files: dict[str, str]) -> list[str]:
+    return [arg.format(**files) if "{" in arg else arg for arg in args]
+
+
+@pytest.mark.parametrize(("args", "named"), CLI, ids=[" ".join(args) for args, _ in CLI])
+def test_bad_cli_arguments_exit_2_with_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str],
+                                                               files: dict[str, str], args: list[str],
+                                                               named: str) -> None:
+    try:
+        code, out, err = run_main(capsys, *_argv(args, files))
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+        out, err = capsys.readouterr()
+    assert code == 2, (code, out, err)
+    _one_line(err)
+    assert err.startswith("zero"), err
+    assert named.format(**files) in err, err
+
+
+@pytest.mark.parametrize(("variable", "value", "args"), ENV, ids=[f"{v}={x} {' '.join(a)}" for v, x, a in ENV])
+def test_bad_environment_variables_exit_2_naming_the_variable(files: dict[str, str], variable: str, value: str,
+                                                             args: list[str]) -> None:
+    result = run_zero(*_argv(args, files), timeout=120, **{variable: value})
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    _one_line(result.stderr)
+    assert variable in result.stderr and value in result.stderr, result.stderr
+
+
+def test_the_corpus_is_large() -> None:
+    assert len(CONFIGS) + len(SOURCES) + len(CLI) + len(ENV) >= 100
