@@ -86,6 +86,7 @@ def _nan_on_rank1(rank: int, world_size: int, precision: str, stage: int) -> dic
     result["applied_after"] = engine.was_step_applied()
     result["finite_after"] = all(torch.isfinite(p).all() for p in engine.module.parameters())
     engine.destroy()
+    logging.getLogger("zero_core.engine").removeHandler(records)
     return result
 
 
@@ -113,6 +114,7 @@ def test_a_nan_batch_on_one_rank_skips_the_step_on_every_rank(nan_runs: list[dic
     for rank, result in enumerate(results):
         assert result["applied"] is False and result["skipped"] == 1, (rank, result)
         assert result["applied_after"] and result["finite_after"], "training goes on with finite weights"
+        assert len(result["warnings"]) == 1, result["warnings"]
         (warning,) = result["warnings"]
         assert warning.startswith("step 2: gradients are non-finite (inf or NaN); the optimizer step was skipped "
                                   "on every rank, weights were not updated")
@@ -193,6 +195,37 @@ def test_mismatched_models_and_configs_fail_on_every_rank_within_seconds() -> No
     assert time.monotonic() - start < 40
 
 
+def _mismatched_under_init(rank: int, world_size: int) -> dict[str, str]:
+    import zero_core
+
+    messages = {}
+    config = _config(stage=3)
+    config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    for case, layers in (("fewer layers", 2 if rank == 1 else 3), ("wider", 3)):
+        try:
+            with zero_core.Init(config_dict_or_path=config):
+                if case == "wider" and rank == 1:
+                    torch.nn.Sequential(torch.nn.Linear(IN, 2 * IN), torch.nn.Linear(2 * IN, OUT))
+                else:
+                    _model(layers=layers)
+            messages[case] = "no error"
+        except zero_core.RankMismatch as error:
+            messages[case] = str(error)
+    return messages
+
+
+def test_mismatched_models_under_init_fail_on_every_rank() -> None:
+    per_rank = run_ranks(_mismatched_under_init, 2, timeout=60)
+    fewer = per_rank[0]["fewer layers"]
+    assert fewer == per_rank[1]["fewer layers"]
+    assert fewer.startswith("zero_core.Init: the ranks built different models (ranks [1] differ from rank 0): "
+                            "rank 0 was at unit 1 (Linear: (8, 8) float32, (8,) float32), rank 1 at unit 1 "
+                            "(Linear: (4, 8) float32, (4,) float32)"), fewer
+    wider = per_rank[0]["wider"]
+    assert "rank 0 was at unit 0 (Linear: (8, 8) float32, (8,) float32), rank 1 at unit 0 (Linear: (16, 8) float32" \
+        in wider, wider
+
+
 def _killed_mid_step(rank: int, world_size: int) -> None:
     import zero_core
 
@@ -252,7 +285,7 @@ def test_a_stalled_rank_ends_in_a_timeout_naming_it() -> None:
     assert 20 <= took < 50
 
 
-@pytest.mark.parametrize("attempt", range(4))
+@pytest.mark.parametrize("attempt", range(3))
 def test_an_exception_in_backward_ends_the_rank_with_it_and_its_peer_with_an_error(attempt: int) -> None:
     codes, errors, took = _outcome(_raises_in_backward, 60, {"ZERO_COLLECTIVE_TIMEOUT": "30"})
     assert codes == [1, 1], (codes, errors)  # never SIGABRT (-6)

@@ -114,6 +114,8 @@ def test_the_html_report_is_self_contained_and_well_formed(profiled: tuple[dict[
     (["--model", "pythia-tiny", "--stages", "4"], "--stages 4 is out of range; pass 0 to 3"),
     (["--model", "pythia-tiny", "--lora-rank", "100000"], "--lora-rank 100000 is out of range"),
     (["--model", "pythia-tiny", "--nproc", "0"], "--nproc 0 is out of range"),
+    (["--model", "pythia-tiny", "--micro-batch", "0"], "--micro-batch 0 is out of range; pass 1 to 1024"),
+    (["--model", "pythia-tiny", "--timeout", "-5"], "--timeout -5 is out of range; pass 1 to 86400 seconds"),
     (["--model", "pythia-tiny", "--seq-len", "999999"], "--seq-len 999999 is out of range; pass 1 to 2048"),
     (["--model", "pythia-tiny", "--ds-config", "no-such.json"], "no-such.json: not found"),
 ])

@@ -9,6 +9,10 @@ from zero_plugins import ZeroError
 from ._progress import RankProgress
 
 
+class RankMismatch(ZeroError, RuntimeError):
+    """The ranks brought different models or configs (found by initialize's fingerprint, or by Init)."""
+
+
 class CollectiveFailed(ZeroError, RuntimeError):
     """A collective timed out or lost a peer; the message names the collective, the step and the peer ranks."""
 

@@ -18,7 +18,7 @@ from ..sharding import (
 from ._assemble import assemble_engine
 from ._engine import EngineParts, ZeroEngine
 from ._initialize import initialize
-from ._preflight import RankMismatch
+from ..comm import RankMismatch
 from ._skips import NonFiniteStepsError
 from ._usage import EngineMisuse
 

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from zero_plugins import ZeroError
 
+from ..comm import RankMismatch
 from ..sharding import ParamGroup
 from ..stage3 import unit_of
 
@@ -19,10 +20,6 @@ if TYPE_CHECKING:
 
 # Set on a model that an engine wraps: the engine's hooks and buffers are on it.
 WRAPPED_ATTRIBUTE = "_zero_engine_wrapped"
-
-
-class RankMismatch(ZeroError, RuntimeError):
-    """The ranks brought different models or configs."""
 
 
 def check_model(model: torch.nn.Module, param_groups: list[ParamGroup]) -> None:

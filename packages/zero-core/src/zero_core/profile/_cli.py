@@ -40,8 +40,8 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     ds_config = read_config_file(Path(args.ds_config)) if args.ds_config else dict(DEFAULT_DS_CONFIG)
     notes = [] if args.ds_config else ["no --ds-config: bf16, AdamW (lr 1e-4), DeepSpeed's defaults otherwise"]
     nproc = _bounded(args.nproc, "--nproc", 1, 8)
-    micro_batch = _bounded(args.micro_batch or int(ds_config.get("train_micro_batch_size_per_gpu", 1)),
-                           "--micro-batch", 1, 1024)
+    given = args.micro_batch if args.micro_batch is not None else ds_config.get("train_micro_batch_size_per_gpu", 1)
+    micro_batch = _bounded(int(given), "--micro-batch", 1, 1024)
     limit = max_positions(config) or 1 << 20
     seq_len = _bounded(args.seq_len, "--seq-len", 1, limit)
     stages = [int(ds_config.get("zero_optimization", {}).get("stage", 0))] if args.stages is None else \
@@ -52,7 +52,8 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     settings = tuple(Setting(stage, flag if stage == 3 else None) for stage in stages for flag in
                      (choices if stage == 3 else (None,)))
     request = ProfileRequest(args.model, config, ds_config, settings, nproc, micro_batch, seq_len,
-                             _bounded(args.steps, "--steps", 1, 1000), lora_rank, timeout=float(args.timeout),
+                             _bounded(args.steps, "--steps", 1, 1000), lora_rank,
+                             timeout=_bounded_seconds(args.timeout, "--timeout", 1.0, 86400.0),
                              notes=tuple(notes))
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
@@ -64,6 +65,12 @@ def _integer(value: str, flag: str) -> int:
         return int(value)
     except ValueError:
         raise ProfileArgumentError(f"{flag}: {value!r} is not a whole number") from None
+
+
+def _bounded_seconds(value: float, flag: str, low: float, high: float) -> float:
+    if not low <= value <= high:  # also refuses nan
+        raise ProfileArgumentError(f"{flag} {value:g} is out of range; pass {low:g} to {high:g} seconds")
+    return value
 
 
 def _bounded(value: int, flag: str, low: int, high: int) -> int:

@@ -114,6 +114,7 @@ class Init:
             if kind is None:
                 self._units.flush()
                 self._meta.check_assigned()
+                self._units.agreement.end()
             else:
                 self._units.release()
         finally:

@@ -18,6 +18,7 @@ import torch
 
 from ..comm import Collectives
 from ..memory import MemoryLedger
+from ._init_agreement import InitAgreement
 from ._init_stale import StaleBuffer, StaleBuffers
 from ._unit import ParamUnit, unit_of
 
@@ -32,6 +33,7 @@ class InitUnits:
         self._versions: weakref.WeakKeyDictionary[ParamUnit, int] = weakref.WeakKeyDictionary()  # stores so far
         self._held: list[ParamUnit] = []
         self.stale = StaleBuffers()
+        self.agreement = InitAgreement(comm, device)
 
     def partition(self, module: torch.nn.Module) -> None:
         """Partition `module`'s own parameters that are still whole and above the threshold."""
@@ -43,6 +45,9 @@ class InitUnits:
         `assigned`: the values were assigned by the caller (loaded weights, _init_meta.py), who still holds them.
         """
         params = list(dict.fromkeys(p for p in params if unit_of(p) is None and p.numel() > self._threshold))
+        if not params:
+            return
+        self.agreement.unit(name, params)  # before the broadcasts that a different model would mismatch
         with torch.no_grad():
             for param in params:
                 if self._comm.world_size > 1:
