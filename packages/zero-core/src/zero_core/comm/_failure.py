@@ -40,6 +40,8 @@ def _where_rank(rank: int, seen: dict[int, tuple[str, float]]) -> str:
     if rank not in seen:
         return f"rank {rank} was never seen"
     where, ago = seen[rank]
+    if where.startswith("failed"):
+        return f"rank {rank} {where} ({ago:.0f} s ago)"
     return f"rank {rank} was last seen at {where}, {ago:.0f} s ago"
 
 
