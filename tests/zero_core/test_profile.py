@@ -58,6 +58,7 @@ def test_the_json_report_follows_its_schema(profiled: tuple[dict[str, Any], str,
             total = setting["phases"][gap["phase"]]["measured_total"]
             assert abs(gap["difference"]) > 0.05 * total and gap["cause"]
         assert setting["estimate_inputs"]["micro_batch"] == 2
+        assert setting["allocator"] is None, "the CPU accelerator has no caching allocator"
 
 
 def test_measured_memory_follows_the_engine(profiled: tuple[dict[str, Any], str, str]) -> None:

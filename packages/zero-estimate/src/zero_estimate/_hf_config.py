@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from zero_plugins import validation_problem
 
 from . import _checks, _hf_modules, _hf_schema
+
 from ._errors import EstimateError
 from ._spec import ModelSpec, ModuleParams, TransformerShape
 
@@ -74,38 +76,9 @@ def modules_from_config(config: Mapping[str, Any], head: bool = True) -> tuple[l
     return build(validated, head)
 
 
-# pydantic's error types in our words; its own ("Input should be ...") never reach the user.
-_PHRASES = {
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be a whole number",
-    "int_parsing_size": "must be an integer of at most 4300 digits",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "string_type": "must be a string",
-    "list_type": "must be a list",
-    "dict_type": "must be an object",
-    "model_type": "must be an object",
-    "missing": "is required",
-    "extra_forbidden": "is not a key of this model type",
-}
-
-
 def _problem(error: Any) -> str:
-    kind, ctx = error["type"], error.get("ctx") or {}
-    if kind in _PHRASES:
-        return _PHRASES[kind]
-    for name, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
-        if name in ctx and kind.startswith(("greater", "less")):
-            return f"must be {sign} {ctx[name]}"
-    if kind in ("value_error", "assertion_error") and "error" in ctx:
-        return str(ctx["error"])
-    if kind == "literal_error":
-        return f"must be {ctx.get('expected')}"
-    return "is not a valid value for this key"
+    return validation_problem(error["type"], error.get("ctx"), "is not a valid value for this key",
+                              {"extra_forbidden": "is not a key of this model type"})
 
 
 def _short(value: Any, limit: int = 60) -> str:

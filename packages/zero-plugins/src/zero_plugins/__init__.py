@@ -16,6 +16,7 @@ from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from ._versions import installed_zero_distributions
 from ._registry import NamedRegistry, Registration
 from ._output import CommandResult, format_table
+from ._validation import validation_problem
 from .__about__ import __version__
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "plugin_infos",
     "reset_plugin_manager",
     "use_hookspecs",
+    "validation_problem",
 ]

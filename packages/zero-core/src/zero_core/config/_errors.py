@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, validation_problem
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails  # what ValidationError.errors() lists
@@ -68,62 +68,9 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# pydantic's error types, said the way a config author thinks ("must be an integer").
-_PHRASES = {
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be a whole number",
-    "int_parsing_size": "must be an integer of at most 4300 digits",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "string_type": "must be a string",
-    "string_too_short": "must not be empty",
-    "path_type": "must be a path (a string)",
-    "dict_type": "must be an object",
-    "mapping_type": "must be an object",
-    "list_type": "must be an array",
-    "tuple_type": "must be an array",
-    "string_unicode": "must be a string of valid Unicode",
-    "string_sub_type": "must be a string",
-    "recursion_loop": "is nested too deeply (or refers to itself)",
-    "is_instance_of": "has the wrong type",
-    "model_type": "must be an object",
-    "model_attributes_type": "must be an object",
-    "missing": "is required",
-}
-
-
 def _problem(error: ErrorDetails) -> str:
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    if kind in _PHRASES:
-        return _PHRASES[kind]
-    if kind == "greater_than":
-        return f"must be > {ctx['gt']}"
-    if kind == "greater_than_equal":
-        return f"must be >= {_bound(ctx['ge'])}"
-    if kind == "less_than":
-        return f"must be < {_bound(ctx['lt'])}"
-    if kind == "less_than_equal":
-        return f"must be <= {_bound(ctx['le'])}"
-    if kind == "literal_error":
-        return f"must be {ctx['expected']}".replace("'", '"')
-    if kind in ("value_error", "assertion_error") and "error" in ctx:
-        return str(ctx["error"])
-    if kind == "string_too_long":
-        return f"must be at most {ctx.get('max_length')} characters"
-    # Never pydantic's own wording ("Input should be ..."): say what was wrong in ours.
-    return "is not a valid value here (docs/config.md gives each key's type)"
-
-
-def _bound(value: Any) -> str:
-    """2**64 as 18446744073709551616, not 1.8446744073709552e+19."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    return validation_problem(error["type"], error.get("ctx"),
+                              "is not a valid value here (docs/config.md gives each key's type)")
 
 
 def from_validation_error(exc: ValidationError) -> ConfigError:

@@ -18,8 +18,10 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[dict[str, Any]]:
     """On one rank: for each setting, the measured phases (and on rank 0 the estimate)."""
+    from ..accelerator import get_accelerator
     from ..engine import initialize
 
+    accelerator = get_accelerator()
     generator = torch.Generator().manual_seed(request.seed + rank)
     shape = (request.micro_batch, request.seq_len)
     vocab = int(request.model_config.get("vocab_size", 0))
@@ -38,10 +40,15 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
                                         "checkpointing": "none"})
         engine, _, _, _ = initialize(model=model, config=config)
         batches = [torch.randint(0, vocab, shape, generator=generator) for _ in range(request.steps)]
+        caching = engine.device.type != "cpu"  # a device allocator that caches: its reserve is not in the ledger
+        if caching:
+            accelerator.reset_peak_memory_stats()
         phases = profile_engine(engine, hf_train_step, batches,
                                 progress=lambda step: say(f"step {step}/{request.steps}"))
+        allocator = {"max_allocated": accelerator.max_memory_allocated(),
+                     "max_reserved": accelerator.max_memory_reserved()} if caching else None
         results.append({"setting": setting.as_dict(), "device": engine.device.type, "phases": phases,
-                        "estimate": estimate})
+                        "estimate": estimate, "allocator": allocator})
         engine.destroy()
         del engine, model
         gc.collect()

@@ -19,7 +19,7 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
         first = per_rank[0][index]
         comparison = compare(setting.label, first["device"], [rank[index]["phases"] for rank in per_rank],
                              first["estimate"])
-        settings.append({"setting": setting.as_dict(), **comparison,
+        settings.append({"setting": setting.as_dict(), **comparison, "allocator": first["allocator"],
                          "estimate_inputs": first["estimate"].get("inputs", {})})
     return {
         "schema_version": SCHEMA_VERSION,

@@ -40,6 +40,12 @@ def _setting_text(setting: dict[str, Any], threshold: float) -> str:
             for category in sorted(set(held) | set(expected), key=lambda c: -max(held.get(c, 0), expected.get(c, 0)))
             if held.get(category) or expected.get(category)]
     lines += [f"at the measured peak ({at}), by category:", format_table(["category", "measured", "estimated"], rows)]
+    allocator = setting["allocator"]
+    if allocator is not None and allocator["max_reserved"] > (1 + threshold) * allocator["max_allocated"]:
+        cached = allocator["max_reserved"] - allocator["max_allocated"]
+        lines.append(f"allocator caching: the device allocator reserved {_mib(cached)} MiB beyond its allocated peak "
+                     f"of {_mib(allocator['max_allocated'])} MiB (torch's max_memory_reserved); not in the ledger "
+                     "nor the estimate. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lowers it")
     gaps = setting["gaps"]
     if gaps:
         lines.append(f"gaps above {threshold:.0%} of a phase's measured total:")
