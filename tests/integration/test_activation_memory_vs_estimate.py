@@ -1,17 +1,19 @@
 """The ledger's measured activations against zero-estimate's, on bench/activations.py's GPT-NeoX (hidden 256,
-4 layers, 8 heads, vocab 8192, eager attention, seq 128, micro-batch 2), 2 gloo ranks, fp32, stages 2 and 3.
+4 layers, 8 heads, vocab 8192, eager attention, no dropout, seq 128, micro-batch 2), 2 gloo ranks, fp32,
+stages 2 and 3. The prediction is the estimator's `activations` peak at one instant (the loss, or a layer
+running), as the ledger's category peak is (bench/activations.py, `predicted`).
 
 - Checkpointing every layer (torch non-reentrant, and zero_core.checkpointing.checkpoint) lowers the ledger's
-  device `activations` peak by the reduction the estimator predicts, within 10% (measured: 0.93 of it).
-  fp32 only: in bf16 HF's eager attention and loss compute in fp32, which the estimator's 16-bit terms
-  do not count (docs/activations.md, "Measured effect").
+  device `activations` peak by the reduction the estimator predicts, within 10% (measured: 0.94 of it; a
+  layer keeps 4,986,880 B, the estimate's 64sbh + 4as^2b is 5,242,880 B).
 - `cpu_checkpointing` moves exactly the checkpointed inputs, n * s*b*h * 4 bytes, to the host lines
   (`host.pinned`, or `host` where nothing can be pinned), as the estimator's host.pinned line predicts, and
   its device cut is the estimate's within 10% too.
-- Offloading the layers' saved activations (`offload_saved_activations(model.gpt_neox.layers)`) moves what the
-  estimator's `offload_activations` host line predicts, and cuts the device peak by its prediction, within 15%
-  (measured: host line 0.89, cut 0.94): the estimator's per-layer term counts dropout masks this model does not
-  make (x0.933), and the host line holds that term 4 times, less the tensors under `min_bytes`.
+- Offloading the layers' saved activations (`offload_saved_activations(model.gpt_neox.layers)`) cuts the
+  device peak by the estimator's prediction within 10% (measured: 0.95), and its host line holds at least
+  the predicted layers' activations and at most 25% more (measured: x1.20): the hooks copy each saved
+  tensor, so a storage two autograd nodes save is copied twice (here 25,247,744 B of copies for
+  19,947,520 B of saved storages, which is what leaves the device).
 """
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ def test_offloading_the_layers_saved_activations_moves_what_the_estimate_predict
         none, offload = rank_result[f"{stage}/none"], rank_result[f"{stage}/offload"]
         host = offload["measured"].get("host.pinned", 0) + offload["measured"].get("host", 0)
         predicted_host = offload["predicted"]["host.pinned"]
-        assert abs(host - predicted_host) <= 0.15 * predicted_host, (host, predicted_host, host / predicted_host)
+        assert predicted_host <= host <= 1.25 * predicted_host, (host, predicted_host, host / predicted_host)
         cut = none["measured"]["cpu"] - offload["measured"]["cpu"]
         predicted = none["predicted"]["gpu"] - offload["predicted"]["gpu"]
-        assert abs(cut - predicted) <= 0.15 * predicted, (cut, predicted, cut / predicted)
+        assert abs(cut - predicted) <= 0.10 * predicted, (cut, predicted, cut / predicted)

@@ -27,7 +27,9 @@ from cli_helpers import run_main
 
 # A small model computed by hand: 4 layers, h 64, 4 heads, s 128, b 2, fp16, no vocabulary (no logits line).
 S, B, H, A, LAYERS = 128, 2, 64, 4, 4
-FULL_LAYER = 34 * S * B * H + 5 * A * S * S * B  # 557,056 + 655,360
+# Per attention score 9 B: the fp32 softmax, its 16-bit cast, and (the shape does not rule dropout out) the
+# dropout mask and the dropped 16-bit copy (docs/memory-model.md, "Activations").
+FULL_LAYER = 34 * S * B * H + 9 * A * S * S * B  # 557,056 + 1,179,648
 ONE_INPUT = 2 * S * B * H  # one 16-bit layer input
 SMALL = from_numbers(1_000_000, 100_000, shape=TransformerShape(LAYERS, H, A, 0))
 
@@ -41,7 +43,7 @@ def _activations(result: Estimate, where: str = "gpu") -> int:
 
 
 def test_checkpointing_math_on_a_hand_computed_model():
-    assert FULL_LAYER == 1_212_416 and ONE_INPUT == 32_768
+    assert FULL_LAYER == 1_736_704 and ONE_INPUT == 32_768
     assert _activations(_small()) == LAYERS * FULL_LAYER
     # Every layer: 4 inputs kept, one layer rebuilt at a time in backward.
     assert _activations(_small(checkpointing="full")) == 4 * ONE_INPUT + FULL_LAYER
@@ -51,7 +53,7 @@ def test_checkpointing_math_on_a_hand_computed_model():
     every3 = _small(checkpointing="full", checkpoint_every=3)
     assert _activations(every3) == 2 * ONE_INPUT + 3 * FULL_LAYER
     assert every3.training.number_checkpoints(LAYERS) == 2
-    assert any(line.formula == "k * (34 * s * b * h + 5 * a * s * s * b)" for line in every3.lines)
+    assert any(line.formula == "k * (34 * s * b * h + 9 * a * s * s * b)" for line in every3.lines)
     # More layers per checkpoint than the model has: one checkpoint, the whole model rebuilt.
     assert _activations(_small(checkpointing="full", checkpoint_every=9)) == ONE_INPUT + LAYERS * FULL_LAYER
 
@@ -178,7 +180,10 @@ def test_explain_gives_the_reference_questions_ratios(capsys):
     peaks = zero.peak("gpu")[1] / three.peak("gpu")[1]
     shrink = stage_shrink(three)
     assert (shrink.states_ratio, shrink.peak_ratio) == (states, peaks)
-    assert round(states) == 8 and 1.4 < peaks < 1.6  # the issue: 8x on model states, about 1.5x on the peak
+    # The issue: 8x on model states, about 1.5x on the peak, at a batch shape it does not give. At the shape
+    # assumed here ours falls 1.3x (1.47x before the activations counted the fp32 softmax, 9 B per attention
+    # score, and the loss's fp32 copies): activations, which no stage partitions, weigh more of the peak.
+    assert round(states) == 8 and 1.25 < peaks < 1.6
     args = ["--preset", "bert-large", "--gpus", "8", "--stage", "0,3", "--precision", "fp16", "--seq-len", "512"]
     code, out, _ = run_main(capsys, "estimate", *args, "--micro-batch", "8", "--explain")
     assert code == 0

@@ -26,14 +26,17 @@ def _gpu(stage: int, phase: str, **zero) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    ("stage", "params", "optimizer"),
-    [(0, 2 * P, 12 * P), (1, 2 * P, 12 * P // N), (2, 2 * P, 12 * P // N), (3, 2 * P // N, 12 * P // N)],
+    ("stage", "params", "master"),
+    [(0, 2 * P, 4 * P), (1, 2 * P, 4 * P // N), (2, 2 * P, 4 * P // N), (3, 2 * P // N, 4 * P // N)],
 )
-def test_model_states_after_init_follow_the_stage_contracts(stage, params, optimizer):
-    after_init = _gpu(stage, "init")
+def test_model_states_after_init_follow_the_stage_contracts(stage, params, master):
+    after_init, step = _gpu(stage, "init"), _gpu(stage, "step")
     assert after_init.get("param.partition", 0) + after_init.get("param.persistent", 0) == params
-    assert after_init["optim.master"] + after_init["optim.state"] == optimizer
-    assert after_init["optim.master"] == optimizer // 3  # fp32 master 4 bytes of Adam's 12
+    assert after_init["optim.master"] == master  # the fp32 master: 4 bytes of Adam's 12
+    # torch makes the optimizer's state inside the first step: none after init, then Adam's m and v (8 of
+    # the 12 bytes) and a 4-byte step count for the one master tensor counts give
+    assert "optim.state" not in after_init
+    assert step["optim.master"] + step["optim.state"] == 3 * master + 4
 
 
 @pytest.mark.parametrize(("stage", "grads"), [(0, 2 * P), (1, 2 * P), (2, 2 * P // N), (3, 2 * P // N)])
@@ -42,13 +45,19 @@ def test_gradients_are_whole_below_stage_2_and_a_partition_from_stage_2(stage, g
     # the ledger's names: whole grads are grad.full, a rank's slice grad.partition
     assert backward["grad.full" if stage < 2 else "grad.partition"] == grads
     assert ("grad.partition" if stage < 2 else "grad.full") not in backward
-    assert backward["grad.bucket"] == 2 * P  # reduce_bucket_size bounds it; this model is smaller
+    if stage < 2:  # stages 0-1 reduce in place, in the whole gradients: no bucket of their own
+        assert "grad.bucket" not in backward
+    else:
+        assert backward["grad.bucket"] == 2 * P  # reduce_bucket_size bounds it; this model is smaller
 
 
-def test_the_optimizer_steps_on_an_fp32_copy_of_the_grads_and_stage_1_2_all_gather_in_a_bucket():
+def test_the_optimizer_steps_on_an_fp32_copy_of_the_grads_and_stage_1_2_all_gather_in_place():
     step, backward = _gpu(2, "step"), _gpu(2, "backward")
     assert step["optim.grad"] == 4 * P // N and "optim.grad" not in backward
-    assert step["comm"] == 2 * P and "comm" not in backward
+    # torch's foreach AdamW holds sqrt(v) for every stepped element during the step (the ledger's `other`)
+    assert step["other"] == 4 * P // N and "other" not in backward
+    # the engine all-gathers the updated partitions in place: no communication buffer, no `comm` category
+    assert "comm" not in CATEGORIES
     assert "grad.bucket" not in step
 
 
@@ -57,8 +66,15 @@ def test_partitions_round_up_as_zero_pads_the_last_rank():
     assert tiny.by_category("gpu", "init")["param.partition"] == 2 * 3  # ceil(10/4) params of 2 bytes
 
 
-def test_overlap_comm_doubles_the_stage_2_reduce_bucket():
-    assert _gpu(2, "backward", overlap_comm=True)["grad.bucket"] == 2 * 2 * P
+def test_overlap_comm_doubles_the_reduce_bucket_when_the_model_spans_buckets():
+    # The engine frees a bucket's buffer once its collective is waited for, at the next bucket's launch; with
+    # overlap_comm that collective runs while the next bucket fills, so two buffers are alive.
+    quarter = P // 4
+    assert _gpu(2, "backward", reduce_bucket_size=quarter)["grad.bucket"] == 2 * quarter
+    assert _gpu(2, "backward", reduce_bucket_size=quarter, overlap_comm=True)["grad.bucket"] == 2 * 2 * quarter
+    assert _gpu(3, "backward", reduce_bucket_size=quarter)["grad.bucket"] == 2 * 2 * quarter  # on by default at 3
+    # a model that is one bucket has nothing to overlap
+    assert _gpu(2, "backward", overlap_comm=True)["grad.bucket"] == 2 * P
 
 
 def test_stage_3_gathers_the_largest_layer_plus_prefetch_held_to_max_live():
@@ -73,7 +89,7 @@ def test_frozen_params_carry_no_grads_or_optimizer_state():
     backward = estimate(lora, FOUR_GPUS, Training(), ZeroSettings(stage=2)).by_category("gpu", "backward")
     assert backward["param.persistent"] == 2 * P
     assert backward["grad.partition"] == 2 * (P // 10) // N
-    assert backward["optim.master"] + backward["optim.state"] == 12 * (P // 10) // N
+    assert backward["optim.master"] + backward["optim.state"] == 12 * (P // 10) // N + 4  # + Adam's step count
 
 
 def test_cpu_offload_moves_master_state_and_fp32_grads_to_the_host_and_pins_only_the_grads():
@@ -124,13 +140,15 @@ def test_fp32_training_has_no_master_copy_and_four_byte_params():
 @pytest.mark.parametrize(("optimizer", "state_bytes"), [("adam", 8), ("sgd-momentum", 4), ("sgd", 0)])
 def test_optimizer_state_bytes_per_param(optimizer, state_bytes):
     result = estimate(MODEL, FOUR_GPUS, Training(optimizer=optimizer), ZeroSettings(stage=1))
-    assert result.by_category("gpu", "init").get("optim.state", 0) == state_bytes * P // N
+    step_count = 4 if optimizer == "adam" else 0  # Adam's 4-byte step per master tensor (one from counts)
+    assert result.by_category("gpu", "step").get("optim.state", 0) == state_bytes * P // N + step_count
+    assert "optim.state" not in result.by_category("gpu", "init")  # made by the first step
 
 
 def test_adafactor_keeps_rows_plus_columns_and_needs_shapes():
     spec = from_preset("gpt2-xl")
     result = estimate(spec, Cluster(), Training(optimizer="adafactor"), ZeroSettings(stage=0))
-    assert result.by_category("gpu", "init")["optim.state"] == 4 * spec.factored_state_elements()
+    assert result.by_category("gpu", "step")["optim.state"] == 4 * spec.factored_state_elements()
     assert spec.factored_state_elements() < spec.total_params // 100
     with pytest.raises(EstimateError, match="optimizer: adafactor's state depends on the parameter shapes"):
         estimate(MODEL, FOUR_GPUS, Training(optimizer="adafactor"), ZeroSettings(stage=1))
@@ -140,19 +158,40 @@ SHAPE = TransformerShape(num_layers=2, hidden_size=64, num_heads=4, vocab_size=1
 S, B = 32, 2
 
 
-def _activations(**training) -> int:
-    result = estimate(from_numbers(P, shape=SHAPE), Cluster(), Training(seq_len=S, micro_batch=B, **training))
-    return result.by_category("gpu", "forward")["activations"]
+def _activations(phase: str = "forward", shape: TransformerShape = SHAPE, **training) -> int:
+    result = estimate(from_numbers(P, shape=shape), Cluster(), Training(seq_len=S, micro_batch=B, **training))
+    return result.by_category("gpu", phase)["activations"]
 
 
-def test_activations_follow_korthikanti_sbh_34_plus_5as_over_h():
-    layer = S * B * 64 * 34 + 5 * 4 * S * S * B  # sbh(34 + 5as/h)
-    logits = S * B * 100 * (2 + 4)
+def test_activations_follow_korthikanti_34_sbh_plus_the_scores_eager_attention_keeps():
+    linear = S * B * 64 * 34  # Korthikanti et al.'s 34sbh per layer, in 16 bits, dropout masks included
+    # Per attention score (a*s*s*b of them) eager attention keeps the softmax in fp32 (4 B) and its 16-bit
+    # cast (2 B); attention dropout adds a 1-byte mask and the dropped 16-bit copy: 9 B where the paper,
+    # whose softmax is 16-bit, counts 5. A shape from counts alone does not say, so dropouts are counted.
+    scores = 4 * S * S * B
+    layer = linear + 9 * scores
+    # The 16-bit logits; at the loss also Hugging Face's fp32 copy of them and its fp32 log-softmax.
+    logits = S * B * 100 * (2 + 4 + 4)
     assert _activations() == 2 * layer + logits
-    assert _activations(flash_attention=True) == 2 * S * B * 64 * 34 + logits
-    assert _activations(checkpointing="selective") == 2 * S * B * 64 * 34 + logits
-    assert _activations(checkpointing="full") == 2 * (2 * S * B * 64) + layer + logits
-    assert _activations(precision="fp32") == 2 * 2 * layer + S * B * 100 * (4 + 4)
+    assert _activations(flash_attention=True) == 2 * linear + logits
+    assert _activations(checkpointing="selective") == 2 * linear + logits
+    # full checkpointing: the inputs, and one layer rebuilt while it runs, or the loss: here the layer is larger
+    assert layer > logits and _activations(checkpointing="full") == 2 * (2 * S * B * 64) + layer
+    # fp32: 4-byte values (the 1-byte dropout masks of the paper's 34 stay 1 byte: 2 * 32 + 2), the softmax
+    # (4 B), the mask and the dropped copy (1 + 4 B); no logits copy
+    assert _activations(precision="fp32") == 2 * (66 * S * B * 64 + 9 * scores) + S * B * 100 * (4 + 4)
+    # A model that drops nothing out (Pythia, Llama) keeps neither the masks nor the dropped copy.
+    no_dropout = TransformerShape(2, 64, 4, 100, attention_dropout=False, hidden_dropout=False)
+    assert _activations(shape=no_dropout) == 2 * (32 * S * B * 64 + 6 * scores) + logits
+    # Backward starts with the saved log-softmax, the nll's fp32 gradient and the log-softmax's fp32 input
+    # gradient; the logits are gone (a model whose gradients are smaller than that start, so backward peaks
+    # there: _instants.py).
+    small = estimate(from_numbers(10_000, shape=SHAPE), Cluster(), Training(seq_len=S, micro_batch=B))
+    assert small.by_category("gpu", "backward")["activations"] == 2 * layer + S * B * 100 * (4 + 4 + 4)
+    # With 1M params the gradients at the end of backward outweigh every activation: backward peaks there,
+    # when backward has freed the activations.
+    large = estimate(from_numbers(P, shape=SHAPE), Cluster(), Training(seq_len=S, micro_batch=B))
+    assert "activations" not in large.by_category("gpu", "backward")
 
 
 def test_activations_live_only_in_forward_and_backward_and_no_stage_shrinks_them():
@@ -175,7 +214,7 @@ def test_every_line_uses_a_ledger_category_and_explains_itself():
 
 
 def test_pythia_lora_stage_3_holds_less_after_init_but_more_in_forward_without_memory_efficient_linear():
-    # The DeepSpeed report (docs/memory-model.md): fp16, LoRA rank 128, 4 GPUs, ~1200 tokens.
+    # The DeepSpeed report (docs/memory-model-examples.md): fp16, LoRA rank 128, 4 GPUs, ~1200 tokens.
     spec = from_preset("pythia-6.9b", lora=LoraSpec(128))
     training = Training(precision="fp16", seq_len=1200)
     zero = {"stage3_param_persistence_threshold": 10_000, "stage3_max_live_parameters": 30_000_000}
@@ -186,7 +225,12 @@ def test_pythia_lora_stage_3_holds_less_after_init_but_more_in_forward_without_m
     assert stage3.total("gpu", "forward") > stage2.total("gpu", "forward")
     assert fixed.total("gpu", "forward") < stage2.total("gpu", "forward") * 0.7
     held = stage3.by_category("gpu", "forward")["param.gathered"]
-    assert held == 2 * spec.linear_weight_params(above=10_000)  # every linear weight, frozen bases included
+    # Every linear weight, frozen bases included, but those of layer 0 that read the block's input: with the
+    # embeddings frozen that input needs no gradient, so F.linear saves no weight there (_held.py).
+    first_layer = 4096 * 3 * 4096 + 4096 * 16384  # query_key_value and the parallel MLP's dense_h_to_4h
+    assert held == 2 * (spec.linear_weight_params(above=10_000) - first_layer)
+    # autograd keeps them into backward, where the engine files them as held
+    assert stage3.by_category("gpu", "backward")["param.gathered.held"] == held
 
 
 def test_learned_positions_bound_the_sequence_length():

@@ -1,23 +1,32 @@
 """Activation memory of a transformer, after Korthikanti et al. 2022 ("Reducing Activation
-Recomputation in Large Transformer Models", section 4, no tensor or sequence parallelism).
+Recomputation in Large Transformer Models", section 4, no tensor or sequence parallelism), with
+the attention scores and the loss as Hugging Face's eager attention and causal-LM loss keep them.
 
-Per layer, with 16-bit activations, s tokens, micro-batch b, hidden size h and a heads:
-    s*b*h*34 + 5*a*s*s*b  bytes          (the paper's sbh(34 + 5as/h))
-The 5as^2b term is attention's softmax, its dropout mask and output; FlashAttention keeps
-none of them, and selective recomputation recomputes them in backward: both leave 34sbh.
-Full checkpointing keeps only each checkpoint's 16-bit input (2sbh): one per layer, or with a
+Per layer, s tokens, micro-batch b, hidden size h, a heads, b_p bytes per 16-bit or fp32 value:
+    (16*b_p + 2)*s*b*h + c*a*s*s*b  bytes
+The first term is the paper's 34sbh: 32 of it 2-byte values (16*b_p), 2 the 1-byte dropout masks
+of the attention and MLP outputs, dropped when the model drops nothing out of its hidden states
+(TransformerShape.hidden_dropout). c is what a layer keeps per attention score: the softmax in
+fp32 (16-bit models take it in fp32 too) and, in 16 bits, its cast back for the matmul with the
+values; with dropout on the probabilities (TransformerShape.attention_dropout) a 1-byte mask and
+the dropped copy instead of the cast. FlashAttention keeps no scores, and selective recomputation
+recomputes them in backward: both leave the first term.
+Full checkpointing keeps only each checkpoint's input (b_p*s*b*h): one per layer, or with a
 checkpoint every k layers ceil(n/k) of them (DeepSpeed's number_checkpoints), and rebuilds one
-checkpoint's k layers at a time in backward. cpu_checkpointing keeps those inputs in pinned
-host memory instead of the GPU. Offloading what the layers save (offload_activations) keeps every
+checkpoint's k layers at a time in backward. cpu_checkpointing keeps those inputs in pinned host
+memory instead of the GPU. Offloading what the layers save (offload_activations) keeps every
 layer's saved activations in pinned host memory, and one layer's on the GPU: the layer running
-forward, or the one whose saved tensors backward has brought back. The logits add s*b*V values in 16 bits, and the loss an fp32
-log-softmax of the same size.
+forward, or the one whose saved tensors backward has brought back. A rebuilt or brought-back layer
+is held while a layer runs, not at the loss (instant "late", _instants.py).
+The loss (instant "loss"): at the loss the logits (b_p*s*b*V), their fp32 copy (16-bit models) and
+the fp32 log-softmax; at the start of backward the saved log-softmax and two fp32 gradients of its
+size (the nll's, and the log-softmax's input gradient).
 ZeRO partitions none of this: every GPU holds its own micro-batch's activations.
 """
 from __future__ import annotations
 
 from ._formula import Q
-from ._lines import FORWARD_BACKWARD, Lines
+from ._lines import BACKWARD, FORWARD, FORWARD_BACKWARD, Lines
 from ._settings import Training
 from ._spec import TransformerShape
 
@@ -26,11 +35,8 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
     s, b = Q.var("s", seq_len), Q.var("b", training.micro_batch)
     h, a = Q.var("h", shape.hidden_size), Q.var("a", shape.num_heads)
     layers, vocab = Q.var("n", shape.num_layers), Q.var("V", shape.vocab_size)
-    scale = training.param_bytes // 2  # the formula counts 2-byte values; fp32 doubles them
-    linear_terms = 34 * s * b * h
-    full_layer = linear_terms if training.flash_attention else linear_terms + 5 * a * s * s * b
-    if scale > 1:
-        linear_terms, full_layer = scale * linear_terms, scale * full_layer
+    linear_terms = _linear_coefficient(shape, training) * s * b * h
+    full_layer = linear_terms if training.flash_attention else linear_terms + _scores(shape, training) * a * s * s * b
     lines = Lines()
     attention = "flash attention" if training.flash_attention else "attention scores kept"
     if training.checkpointing != "full":
@@ -40,15 +46,50 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
             what = f"what every layer saves for backward, in pinned host memory (offload_activations; {kind})"
             lines.add("activations", "host.pinned", what, layers * per_layer, FORWARD_BACKWARD)
             what = f"one layer's activations on the GPU at a time, made in forward or brought back in backward ({kind})"
-            lines.add("activations", "gpu", what, per_layer, FORWARD_BACKWARD)
+            lines.add("activations", "gpu", what, per_layer, FORWARD_BACKWARD, instant="late")
         else:
             lines.add("activations", "gpu", f"activations of every layer ({kind})", layers * per_layer, FORWARD_BACKWARD)
     else:
-        _checkpointed(lines, shape, training, Q.const(2 * scale) * s * b * h, full_layer, attention)
-    logits = s * b * vocab * (Q.const(training.param_bytes) + 4)
-    what = f"logits ({'16-bit' if training.mixed else 'fp32'}) and the loss's fp32 log-softmax"
-    lines.add("activations", "gpu", what, logits, FORWARD_BACKWARD)
+        one_input = Q.const(training.param_bytes) * s * b * h
+        _checkpointed(lines, shape, training, one_input, full_layer, attention)
+    _loss(lines, training, s * b * vocab)
     return lines
+
+
+def _linear_coefficient(shape: TransformerShape, training: Training) -> int:
+    """Bytes per s*b*h a layer keeps besides its attention scores: Korthikanti et al.'s 34 in 16 bits, of
+    which 32 are 16-bit values (doubled in fp32) and 2 the 1-byte dropout masks of the attention and MLP
+    outputs, kept only when the model drops its hidden states out."""
+    masks = 0 if shape.hidden_dropout is False else 2
+    return 16 * training.param_bytes + masks
+
+
+def _scores(shape: TransformerShape, training: Training) -> Q:
+    """Bytes per attention score a layer keeps (eager attention, as Hugging Face computes it): the softmax
+    output in fp32 (16-bit models take it in fp32 too) and, in 16-bit, its cast back for the matmul with
+    the values; with dropout on the probabilities, a 1-byte mask and the dropped copy."""
+    kept = 4 + (training.param_bytes if training.mixed else 0)
+    if shape.attention_dropout is not False:
+        kept += 1 + training.param_bytes
+    return Q.const(kept)
+
+
+def _loss(lines: Lines, training: Training, tokens_vocab: Q) -> None:
+    """The logits and the loss. Hugging Face's loss upcasts the logits to fp32 (16-bit models) and takes an
+    fp32 log-softmax, the one of them it saves for backward; the logits die with the forward that made them.
+    At the loss the logits, their fp32 copy and the log-softmax are held. Backward starts with the nll's
+    fp32 gradient and the log-softmax's fp32 input gradient beside the saved log-softmax (the 16-bit cast of
+    that gradient comes once the nll's is freed, and is smaller)."""
+    word = "16-bit" if training.mixed else "fp32"
+    what = f"logits ({word}), until the loss is computed"
+    lines.add("activations", "gpu", what, training.param_bytes * tokens_vocab, FORWARD, instant="loss")
+    lines.add("activations", "gpu", "the loss's fp32 log-softmax", 4 * tokens_vocab, FORWARD_BACKWARD,
+              instant="loss")
+    if training.mixed:
+        lines.add("activations", "gpu", "the loss's fp32 copy of the logits", 4 * tokens_vocab, FORWARD,
+                  instant="loss")
+    what = "the loss's gradients: the nll's and the log-softmax's input gradient (fp32)"
+    lines.add("activations", "gpu", what, 8 * tokens_vocab, BACKWARD, instant="loss")
 
 
 def _checkpointed(
@@ -66,7 +107,9 @@ def _checkpointed(
     rebuilt = min(every, shape.num_layers)
     if rebuilt == 1:
         what = f"one layer's activations, rebuilt at a time ({attention})"
-        lines.add("activations", "gpu", what, full_layer, FORWARD_BACKWARD)
+        rebuilt_q = full_layer
     else:
         what = f"one checkpoint's {rebuilt} layers' activations, rebuilt at a time ({attention})"
-        lines.add("activations", "gpu", what, Q.var("k", rebuilt) * full_layer, FORWARD_BACKWARD)
+        rebuilt_q = Q.var("k", rebuilt) * full_layer
+    # held while layers run (forward, or their rebuild in backward), not at the loss (_instants.py)
+    lines.add("activations", "gpu", what, rebuilt_q, FORWARD_BACKWARD, instant="late")

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass
 
 from ._activations import activation_lines
 from ._errors import EstimateError
+from ._instants import at_peak_instants
 from ._lines import LOCATIONS, PHASES, Line
 from ._settings import DEFAULT_SEQ_LEN, Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
@@ -117,7 +118,7 @@ def estimate(
         lines += activation_lines(model.shape, training, seq_len)
     else:
         notes.append("activations not estimated: the model's shape is unknown (use --preset or --config)")
-    return Estimate(model, cluster, training, zero, seq_len, tuple(lines), tuple(notes))
+    return Estimate(model, cluster, training, zero, seq_len, tuple(at_peak_instants(lines)), tuple(notes))
 
 
 def resolve_seq_len(model: ModelSpec, training: Training) -> int:

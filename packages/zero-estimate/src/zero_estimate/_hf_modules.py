@@ -38,6 +38,11 @@ def _embedding(path: str, rows: int, size: int) -> ModuleParams:
     return ModuleParams(path, ((rows, size),))
 
 
+def _dropout(c: GPTNeoXConfig | MistralConfig | GPT2Config | T5Config | BertConfig) -> dict[str, bool]:
+    """Which dropouts the model applies in training: a rate of 0 makes torch's dropout return its input."""
+    return {"attention_dropout": c.attention_dropout_rate > 0, "hidden_dropout": c.hidden_dropout_rate > 0}
+
+
 def _lm_head(path: str, hidden: int, vocab: int, *, tied: bool) -> ModuleParams:
     """The output projection; when tied it reuses the input embedding, which owns the weight."""
     weight = ((vocab, hidden),)
@@ -60,7 +65,9 @@ def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:
     ]
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
-    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size)
+    return modules, TransformerShape(
+        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c)
+    )
 
 
 def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
@@ -84,7 +91,9 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
     ]
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
-    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size)
+    return modules, TransformerShape(
+        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c)
+    )
 
 
 def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
@@ -112,7 +121,9 @@ def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
     ]
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
-    return modules, TransformerShape(n, h, c.n_head, c.vocab_size, max_positions=c.n_positions)
+    return modules, TransformerShape(
+        n, h, c.n_head, c.vocab_size, max_positions=c.n_positions, **_dropout(c)
+    )
 
 
 def _t5_attention(prefix: str, c: T5Config, count: int) -> Modules:
@@ -150,7 +161,9 @@ def t5(c: T5Config, head: bool) -> tuple[Modules, TransformerShape]:
         modules.append(_norm(f"{stack}.final_layer_norm", d, bias=False))
     if head:
         modules.append(_lm_head("lm_head", d, c.vocab_size, tied=c.tie_word_embeddings))
-    return modules, TransformerShape(n_enc + n_dec, d, c.num_heads, c.vocab_size)
+    return modules, TransformerShape(
+        n_enc + n_dec, d, c.num_heads, c.vocab_size, **_dropout(c)
+    )
 
 
 def _t5_block(prefix: str, c: T5Config, count: int, *, decoder: bool, first: bool) -> Modules:
@@ -179,6 +192,11 @@ def _bert_attention(prefix: str, h: int, n: int) -> Modules:
     ]
 
 
+def _bert_shape(c: BertConfig) -> TransformerShape:
+    return TransformerShape(c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.vocab_size,
+                            max_positions=c.max_position_embeddings, **_dropout(c))
+
+
 def bert(c: BertConfig, head: bool) -> tuple[Modules, TransformerShape]:
     """BertModel with its pooler, or BertForMaskedLM (no pooler; an MLM head whose decoder is tied)."""
     h, i, n, v = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
@@ -198,7 +216,7 @@ def bert(c: BertConfig, head: bool) -> tuple[Modules, TransformerShape]:
     ]
     if not head:
         modules.append(_linear("pooler.dense", h, h, bias=True))
-        return modules, TransformerShape(n, h, c.num_attention_heads, v, max_positions=c.max_position_embeddings)
+        return modules, _bert_shape(c)
     # cls.predictions owns its bias, so that comes before its children's parameters.
     modules += [
         ModuleParams("cls.predictions", ((v,),)),
@@ -210,4 +228,4 @@ def bert(c: BertConfig, head: bool) -> tuple[Modules, TransformerShape]:
         modules.append(ModuleParams("cls.predictions.decoder", tied=((v, h), (v,)), features=(h, v)))
     else:
         modules.append(_linear("cls.predictions.decoder", h, v, bias=True))
-    return modules, TransformerShape(n, h, c.num_attention_heads, v, max_positions=c.max_position_embeddings)
+    return modules, _bert_shape(c)

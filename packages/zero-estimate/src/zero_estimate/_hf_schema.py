@@ -1,11 +1,13 @@
 """The config.json fields that decide each supported architecture's parameters.
 
 Defaults are those of transformers' config classes, so a config.json that leaves a key out
-counts as transformers would build it. Other keys are ignored.
+counts as transformers would build it. Other keys are ignored. Each also reads its dropout rate on
+attention's probabilities and on the hidden states (`attention_dropout_rate`, `hidden_dropout_rate`),
+which decide the dropout masks and copies a layer keeps for backward.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt, model_validator
 
 
 class HFConfig(BaseModel):
@@ -26,6 +28,16 @@ class GPTNeoXConfig(HFConfig):
     intermediate_size: PositiveInt = 24576
     attention_bias: bool = True
     tie_word_embeddings: bool = False
+    attention_dropout: NonNegativeFloat = 0.0
+    hidden_dropout: NonNegativeFloat = 0.0
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attention_dropout
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return self.hidden_dropout
 
     @model_validator(mode="after")
     def _heads(self) -> GPTNeoXConfig:
@@ -42,6 +54,15 @@ class MistralConfig(HFConfig):
     head_dim: PositiveInt | None = None
     intermediate_size: PositiveInt = 14336
     tie_word_embeddings: bool = False
+    attention_dropout: NonNegativeFloat = 0.0
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attention_dropout
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return 0.0  # Llama and Mistral drop out nothing but attention's probabilities
 
     @property
     def kv_heads(self) -> int:
@@ -79,6 +100,16 @@ class GPT2Config(HFConfig):
     n_inner: PositiveInt | None = None
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True
+    attn_pdrop: NonNegativeFloat = 0.1
+    resid_pdrop: NonNegativeFloat = 0.1
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attn_pdrop
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return self.resid_pdrop
 
     @model_validator(mode="after")
     def _heads(self) -> GPT2Config:
@@ -97,6 +128,15 @@ class T5Config(HFConfig):
     relative_attention_num_buckets: PositiveInt = 32
     feed_forward_proj: str = "relu"
     tie_word_embeddings: bool = True
+    dropout_rate: NonNegativeFloat = 0.1
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.dropout_rate
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return self.dropout_rate
 
     @property
     def gated(self) -> bool:
@@ -121,6 +161,16 @@ class BertConfig(HFConfig):
     is_decoder: bool = False
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True
+    attention_probs_dropout_prob: NonNegativeFloat = 0.1
+    hidden_dropout_prob: NonNegativeFloat = 0.1
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attention_probs_dropout_prob
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return self.hidden_dropout_prob
 
     @model_validator(mode="after")
     def _heads(self) -> BertConfig:

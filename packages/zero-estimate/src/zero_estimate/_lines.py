@@ -12,22 +12,26 @@ FORWARD_BACKWARD = ("forward", "backward")
 BACKWARD = ("backward",)
 BACKWARD_STEP = ("backward", "step")
 STEP = ("step",)
+FORWARD = ("forward",)
+AFTER_INIT = ("forward", "backward", "step")  # made by the first step (the optimizer's state)
 
-# The engine ledger's categories (DESIGN.md, "Memory ledger", and docs/architecture.md), so estimate and
-# ledger compare line by line. At stages 0-2 whole 16-bit params are `param.persistent`, as in the ledger.
+# The engine ledger's categories, the same names in the same order (zero_core.memory.CATEGORIES;
+# tests/integration/test_category_names.py keeps them in step), so estimate and ledger compare line by
+# line. At stages 0-2 whole 16-bit params are `param.persistent`, as in the ledger. The engine all-gathers
+# in place, so there is no communication buffer to name.
 CATEGORIES = (
     "param.partition",
     "param.gathered",
+    "param.gathered.held",
     "param.persistent",
     "module.buffers",
     "grad.full",
     "grad.partition",
     "grad.bucket",
     "optim.master",
-    "optim.state",
     "optim.grad",
+    "optim.state",
     "swap.buffer",
-    "comm",
     "activations",
     "other",
 )
@@ -52,6 +56,10 @@ class Line:
     numbers: str
     bytes: int
     phases: tuple[str, ...]
+    # Which instant of its phase holds it, where a phase's peak falls at one of two instants (_instants.py):
+    # "loss" (the loss and its gradient, all activations held) or "late" (gradients, buckets and gathered
+    # params, made while the layers run). "" when the line is held throughout its phases.
+    instant: str = ""
 
     @property
     def pinned(self) -> bool:
@@ -83,7 +91,7 @@ class Line:
 class Lines(list[Line]):
     """Collects lines, dropping copies of zero bytes (an SGD state, a model with nothing frozen)."""
 
-    def add(self, category: str, location: str, what: str, q: Q, phases: tuple[str, ...]) -> None:
+    def add(self, category: str, location: str, what: str, q: Q, phases: tuple[str, ...], instant: str = "") -> None:
         assert category in CATEGORIES and location in LOCATIONS, (category, location)
         if q.value > 0:
-            self.append(Line(category, location, what, q.symbols, q.numbers, q.value, phases))
+            self.append(Line(category, location, what, q.symbols, q.numbers, q.value, phases, instant))

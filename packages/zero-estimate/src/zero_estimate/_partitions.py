@@ -209,3 +209,21 @@ def param_shards_by_home(
         return none, Shards.one(one, exact=False)
     kept, swapped = split_at_max_in_cpu(unit_shards(spec, zero, world_size), zero.param_max_in_cpu)
     return Shards.laid_out(kept, "Uc"), Shards.laid_out(swapped, "Un")
+
+
+def largest_bucket(spec: ModelSpec, zero: ZeroSettings) -> int | None:
+    """Elements of the largest gradient bucket the engine reduces through one transient buffer (stages 2-3);
+    None without the modules. At stage 3 a unit's gradient is one bucket of its own: the largest unit
+    bounds it, as do the buckets of the small params."""
+    if not spec.modules:
+        return None
+    threshold = zero.stage3_param_persistence_threshold
+    numels, units = [], []
+    for m in spec.instances():
+        sizes = [math.prod(shape) for shape in m.trainable]
+        if zero.stage == 3:
+            units.append(sum(n for n in sizes if n > threshold))
+            sizes = [n for n in sizes if n <= threshold]
+        numels += sizes
+    buckets = split_into_buckets(reversed(numels), zero.reduce_bucket_size) + units
+    return max(buckets, default=0)

@@ -107,4 +107,4 @@ def _hf_shape(model: Any) -> TransformerShape | None:
     data = to_dict()
     if data.get("model_type") not in ARCHITECTURES:
         return None
-    return modules_from_config(data)[1]
+    return modules_from_config(data)[1]  # with the config's attention dropout rate (_hf_schema.py)

@@ -73,6 +73,12 @@ class TransformerShape:
     num_heads: int
     vocab_size: int
     max_positions: int | None = None
+    # Whether attention applies dropout to its probabilities (a mask and a dropped copy per layer), and
+    # whether the layer's outputs are dropped out (Korthikanti et al.'s two 1-byte masks per layer). A config
+    # (--preset, --config, from_module) says, from its rates: p = 0 makes torch's dropout return its input.
+    # Unknown (None, from counts) counts them, as Korthikanti et al. do.
+    attention_dropout: bool | None = None
+    hidden_dropout: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,19 @@ from __future__ import annotations
 
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
-from ._lines import ALWAYS, BACKWARD, BACKWARD_STEP, FORWARD_BACKWARD, INIT, STEP, Lines
-from ._partitions import SWAP_BLOCK, Shards, blocks_q, optimizer_shards, pages, param_shards, param_shards_by_home
+from ._held import held_linear_weights
+from ._lines import AFTER_INIT, ALWAYS, BACKWARD, BACKWARD_STEP, FORWARD, FORWARD_BACKWARD, INIT, STEP, Lines
+from ._optimizer_step import step_temporaries
+from ._partitions import (
+    SWAP_BLOCK,
+    Shards,
+    blocks_q,
+    largest_bucket,
+    optimizer_shards,
+    pages,
+    param_shards,
+    param_shards_by_home,
+)
 from ._settings import Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
 
@@ -55,10 +66,7 @@ def state_lines(spec: ModelSpec, cluster: Cluster, training: Training, zero: Zer
         _stage3_params(c, lines)
     _gradients(c, lines)
     _optimizer(c, lines)
-    if zero.stage in (1, 2):
-        bucket = Q.var("AB", zero.allgather_bucket_size)
-        what = f"all-gather bucket for the updated {c.word} partitions (allgather_bucket_size)"
-        lines.add("comm", "gpu", what, c.b * smallest(bucket, c.P), STEP)
+    # No all-gather bucket: the engine all-gathers the updated partitions in place, in the flat params.
     _model_load(c, lines)
     return lines, c.notes
 
@@ -90,30 +98,42 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     live = Q.var("ML", c.zero.stage3_max_live_parameters)
     prefetch = Q.var("PF", c.zero.stage3_prefetch_bucket_size)
     working_set = smallest(Pn, largest(L, smallest(live, L + prefetch)))
+    what = "gathered params: the running module plus prefetch, held to max_live_parameters"
+    # Gathered only while modules run: not at the loss, where forward and backward usually peak (_instants.py).
+    lines.add("param.gathered", "gpu", what, c.b * working_set, FORWARD_BACKWARD, instant="late")
     if c.zero.memory_efficient_linear:
-        what = "gathered params: the running module plus prefetch, held to max_live_parameters"
-        lines.add("param.gathered", "gpu", what, c.b * working_set, FORWARD_BACKWARD)
         return
-    weights = c.spec.linear_weight_params(above=threshold)
+    weights = held_linear_weights(c.spec, threshold)
     if weights is None:
         c.notes.append("linear weights unknown from counts: autograd is taken to keep every gathered param")
     W = Q.var("W", Pn.value if weights is None else weights)
-    what = "gathered linear weights autograd keeps until backward (memory_efficient_linear=false)"
-    lines.add("param.gathered", "gpu", what, c.b * largest(W, working_set), FORWARD_BACKWARD)
+    # F.linear saves the gathered weight when its input needs a gradient; the engine finds such weights
+    # still alive at the end of forward and files them as held from then on.
+    what = "gathered linear weights autograd saves for backward (memory_efficient_linear=false), not yet judged held"
+    lines.add("param.gathered", "gpu", what, c.b * W, FORWARD)
+    what = "gathered linear weights autograd keeps until their backward (memory_efficient_linear=false)"
+    lines.add("param.gathered.held", "gpu", what, c.b * W, BACKWARD)
 
 
 def _gradients(c: _Context, lines: Lines) -> None:
-    stage = c.zero.stage
-    if stage < 2:
-        lines.add("grad.full", "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP)
-    elif c.zero.offload_optimizer == "none":
+    if c.zero.stage < 2:
+        lines.add("grad.full", "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP, instant="late")
+        return  # stages 0-1 reduce in place, in the whole gradients: no bucket of their own
+    if c.zero.offload_optimizer == "none":
         what = f"{c.word} grad partition (reduce-scattered during backward)"
-        lines.add("grad.partition", "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP)
-    bucket = c.b * smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
-    if c.zero.overlap and stage < 3:
-        lines.add("grad.bucket", "gpu", "two gradient reduce buckets (overlap_comm)", 2 * bucket, BACKWARD)
+        lines.add("grad.partition", "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP, instant="late")
+    # The transient reduce buffer holds one bucket; the engine never makes one larger than its largest bucket.
+    cap = largest_bucket(c.spec, c.zero)
+    bucket = smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
+    if cap is not None:
+        bucket = smallest(bucket, Q.var("Lb", cap))
+    if c.zero.overlap:
+        # The bucket in flight keeps its buffer until the next one launches, and that one fills meanwhile.
+        what = "two gradient reduce buckets (overlap_comm; each at most reduce_bucket_size and the largest bucket)"
+        lines.add("grad.bucket", "gpu", what, c.b * smallest(2 * bucket, c.T), BACKWARD, instant="late")
     else:
-        lines.add("grad.bucket", "gpu", "gradient reduce bucket (reduce_bucket_size)", bucket, BACKWARD)
+        what = "gradient reduce bucket (reduce_bucket_size, at most the largest bucket)"
+        lines.add("grad.bucket", "gpu", what, c.b * bucket, BACKWARD, instant="late")
 
 
 def _optimizer(c: _Context, lines: Lines) -> None:
@@ -123,12 +143,18 @@ def _optimizer(c: _Context, lines: Lines) -> None:
     # The master is a copy with 16-bit compute, or when the params it updates are offloaded.
     if c.training.mixed or c.zero.offload_param != "none":
         lines.add("optim.master", "gpu", "fp32 master params", 4 * c.T_part, ALWAYS)
-    lines.add("optim.state", "gpu", *_state(c), ALWAYS)
+    # torch's optimizer creates its state inside the first step: none of it exists after initialize.
+    what, state = _state(c)
+    if c.training.optimizer in ("adam", "adamw"):
+        K = Q.var("K", optimizer_shards(c.spec, c.zero, c.world_size, c.T, c.N).count)
+        what, state = f"{what}, and a 4-byte step count per master tensor", state + 4 * K
+    lines.add("optim.state", "gpu", what, state, AFTER_INIT)
     if c.training.mixed:
-        upcast = c.T_part
-        if c.zero.stage == 3:  # stage 3 steps one sub-group at a time
-            upcast = smallest(c.T_part, Q.var("SG", c.zero.sub_group_size))
-        lines.add("optim.grad", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * upcast, STEP)
+        # The engine casts every owned gradient to fp32 before the step (all sub-groups at once).
+        lines.add("optim.grad", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * c.T_part, STEP)
+    temporaries = step_temporaries(c.training.optimizer, c.T_part)
+    if temporaries is not None:
+        lines.add("other", "gpu", *temporaries, STEP)
 
 
 def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
@@ -146,7 +172,7 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
         S, K = shards.total, Q.var("K", shards.count)
         lines.add("optim.master", "host", "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
         what, state = _offloaded_state(c, S, K)
-        lines.add("optim.state", "host", what, state, ALWAYS)
+        lines.add("optim.state", "host", what, state, AFTER_INIT)  # made by the first step
     grads_where, grads = _on_host(c, shards, 4, "Si")
     if c.zero.stage == 1:
         # Stage 1 reduces whole 16-bit grads on the GPU; the step copies its slices into these buffers.

@@ -1,0 +1,60 @@
+"""Which instant of forward and backward makes the phase's peak, so that lines never held together are
+not summed.
+
+The ledger measures a phase's peak at one instant. In forward and backward two instants compete:
+- "loss": the loss is computed, or its gradient starts backward. Every layer's activations are held,
+  with the loss's fp32 log-softmax (in forward the logits and their fp32 copy, in backward the loss's
+  gradients). No module is gathered (stage 3 released the LM head after its forward and gathers it
+  again only after the loss's gradient), and no parameter gradient exists yet.
+- "late": a module runs with its gathered weights (stage 3) and, under full checkpointing or offloaded
+  activations, one layer's activations on the GPU; late in backward the parameter gradients and the
+  reduce buckets are held while the other activations are mostly freed.
+Forward peaks at the loss or at the last module (its activations all but complete), whichever holds
+more: the activations held at both plus the larger of the loss's lines and the late ones. Backward
+peaks at its start (the activations held there, the loss gradients) or late (the gradients, the
+buckets, the gathered working set, a rebuilt layer), whichever holds more. The smaller instant's lines
+leave that phase.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ._lines import Line
+
+LOSS, LATE = "loss", "late"
+
+
+def at_peak_instants(lines: list[Line]) -> list[Line]:
+    """`lines` with each phase's lines from the instant that does not make its peak taken out of it."""
+    out = list(lines)
+    gpu = [line for line in out if line.location == "gpu"]
+    # forward: the loss's transients against the gathered working set (activations are held at both)
+    loss = _bytes(gpu, "forward", lambda line: line.instant == LOSS)
+    late = _bytes(gpu, "forward", lambda line: line.instant == LATE)
+    out = _drop(out, "forward", LATE if loss >= late else LOSS, everything_activations=False)
+    # backward: the activations held at its start (every layer's, the loss's gradients) against the
+    # gradients, buckets, working set and a rebuilt layer
+    held_at_loss = _bytes(gpu, "backward", lambda line: line.category == "activations" and line.instant != LATE)
+    late = _bytes(gpu, "backward", lambda line: line.instant == LATE)
+    if held_at_loss >= late:
+        return _drop(out, "backward", LATE, everything_activations=False)
+    return _drop(out, "backward", LOSS, everything_activations=True)
+
+
+def _bytes(lines: list[Line], phase: str, chosen: Callable[[Line], bool]) -> int:
+    return sum(line.bytes for line in lines if phase in line.phases and chosen(line))
+
+
+def _drop(lines: list[Line], phase: str, instant: str, everything_activations: bool) -> list[Line]:
+    """Take `phase` out of the device lines of `instant` (and of every device activation but the late ones,
+    when the late instant of backward makes the peak: by then backward has freed them)."""
+    out = []
+    for line in lines:
+        freed = everything_activations and line.category == "activations" and line.instant != LATE
+        leaves = line.location == "gpu" and phase in line.phases and (line.instant == instant or freed)
+        if leaves:
+            line = replace(line, phases=tuple(p for p in line.phases if p != phase))
+        if line.phases:
+            out.append(line)
+    return out
