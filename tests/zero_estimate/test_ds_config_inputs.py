@@ -291,7 +291,7 @@ def test_as_dict_echoes_the_inputs_and_breaks_every_location_down_by_category():
     result = estimate(from_numbers(10**9), Cluster(gpus_per_node=4, nodes=2), training, zero)
     data = result.as_dict()
     assert data["inputs"] == {
-        "precision": "fp16", "optimizer": "sgd", "micro_batch": 2, "seq_len": 256, "grad_accum": 3,
+        "precision": "fp16", "optimizer": "sgd", "optimizer_impl": "foreach", "micro_batch": 2, "seq_len": 256, "grad_accum": 3,
         "attention": "flash", "world_size": 8,
         "zero": {**{name: getattr(zero, name) for name in ZeroSettings.__dataclass_fields__}, "overlap_comm": False},
     }

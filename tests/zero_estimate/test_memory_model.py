@@ -61,6 +61,29 @@ def test_the_optimizer_steps_on_an_fp32_copy_of_the_grads_and_stage_1_2_all_gath
     assert "grad.bucket" not in step
 
 
+def test_step_temporaries_follow_torchs_optimizer_implementation():
+    from zero_estimate._partitions import master_tensor_numels
+
+    spec = from_numbers(3_000_000, largest_layer_params=1_000_000)  # bare counts: no layout
+    layered = from_preset("bert-large")  # laid out module by module: the master tensors are known
+
+    def other(model, impl, stage=1, **zero):
+        result = estimate(model, FOUR_GPUS, Training(optimizer_impl=impl), ZeroSettings(stage=stage, **zero))
+        return result.by_category("gpu", "step").get("other", 0)
+
+    stepped = 3_000_000 // N
+    assert other(spec, "foreach") == 4 * stepped  # sqrt(v) of every stepped element at once
+    assert other(spec, "fused") == 0  # the fused kernels make no parameter-sized temporaries
+    assert other(spec, "single-tensor") == 8 * stepped  # bare counts: one master tensor, sqrt(v) and quotient
+    tensors = master_tensor_numels(layered, ZeroSettings(stage=1, reduce_bucket_size=5_000_000), N)
+    assert tensors is not None and len(tensors) > 1
+    expected = max(4 * previous + 8 * size for previous, size in zip([0, *tensors], tensors))
+    assert other(layered, "single-tensor", reduce_bucket_size=5_000_000) == expected
+    assert expected < other(layered, "foreach", reduce_bucket_size=5_000_000) * 3  # per tensor, not per model
+    with pytest.raises(EstimateError, match="optimizer_impl"):
+        Training(optimizer_impl="vectorized")
+
+
 def test_partitions_round_up_as_zero_pads_the_last_rank():
     tiny = estimate(from_numbers(10), FOUR_GPUS, Training(), ZeroSettings(stage=3))
     assert tiny.by_category("gpu", "init")["param.partition"] == 2 * 3  # ceil(10/4) params of 2 bytes

@@ -14,7 +14,16 @@ from typing import Any
 from . import _checks, _ds_config, _sources
 from ._errors import EstimateError
 from ._presets import PRESETS
-from ._settings import CHECKPOINTING, OFFLOAD_DEVICES, OPTIMIZERS, PRECISION_BYTES, Cluster, Training, ZeroSettings
+from ._settings import (
+    CHECKPOINTING,
+    OFFLOAD_DEVICES,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    PRECISION_BYTES,
+    Cluster,
+    Training,
+    ZeroSettings,
+)
 from ._spec import LoraSpec, ModelSpec, TransformerShape
 from ._units import parse_count
 
@@ -30,6 +39,7 @@ FLAGS = {
     "nodes": "--nodes",
     "precision": "--precision",
     "optimizer": "--optimizer",
+    "optimizer_impl": "--optimizer-impl",
     "micro_batch": "--micro-batch",
     "seq_len": "--seq-len",
     "grad_accum": "--grad-accum",
@@ -103,6 +113,8 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
     training = parser.add_argument_group("training")
     training.add_argument("--precision", metavar="P", help=_one_of(PRECISION_BYTES, "bf16"))
     training.add_argument("--optimizer", metavar="NAME", help=_one_of(OPTIMIZERS, "adamw"))
+    training.add_argument("--optimizer-impl", metavar="IMPL",
+                          help=_one_of(OPTIMIZER_IMPLS, "foreach") + ": how torch steps the master (its temporaries)")
     training.add_argument("--micro-batch", metavar="N", help="micro-batch per GPU (default 1)")
     training.add_argument("--seq-len", metavar="N", help="tokens per sample (default 2048, or the model's maximum)")
     training.add_argument("--grad-accum", metavar="N", help="gradient accumulation steps (default 1)")
@@ -235,6 +247,7 @@ def training_from_args(
     given: dict[str, object] = {
         "precision": _optional_choice(args.precision, "--precision", PRECISION_BYTES),
         "optimizer": _optional_choice(args.optimizer, "--optimizer", OPTIMIZERS),
+        "optimizer_impl": _optional_choice(args.optimizer_impl, "--optimizer-impl", OPTIMIZER_IMPLS),
         "micro_batch": _optional_count(args.micro_batch, "--micro-batch"),
         "seq_len": _optional_count(args.seq_len, "--seq-len"),
         "grad_accum": _optional_count(args.grad_accum, "--grad-accum"),

@@ -94,6 +94,7 @@ class Estimate:
         return {
             "precision": training.precision,
             "optimizer": training.optimizer,
+            "optimizer_impl": training.optimizer_impl,
             "micro_batch": training.micro_batch,
             "seq_len": self.seq_len,
             "grad_accum": training.grad_accum,

@@ -84,11 +84,13 @@ class Shards:
     sizes: tuple[tuple[int, int], ...]
     total: Q
     exact: bool
+    order: tuple[int, ...] = ()  # the shards as laid out (the optimizer steps them in this order)
 
     @classmethod
     def laid_out(cls, shards: list[int], symbol: str) -> Shards:
         counts = Counter(shards)
-        return cls(tuple(sorted(counts.items(), reverse=True)), Q.var(symbol, sum(shards)), exact=True)
+        return cls(tuple(sorted(counts.items(), reverse=True)), Q.var(symbol, sum(shards)), exact=True,
+                   order=tuple(shards))
 
     @classmethod
     def one(cls, total: Q, exact: bool) -> Shards:
@@ -154,6 +156,18 @@ def optimizer_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, T: Q,
             units.append(unit)
     buckets = split_into_buckets(reversed(small), zero.reduce_bucket_size)
     return Shards.laid_out([shard_numel(n, world_size) for n in buckets + units], "S")
+
+
+def master_tensor_numels(spec: ModelSpec, zero: ZeroSettings, world_size: int) -> list[int] | None:
+    """This rank's fp32 master tensors in the order the optimizer steps them (None from bare counts):
+    one per reduce bucket (whole at stage 0, this rank's shard from stage 1), and at stage 3 one per unit."""
+    if not spec.modules:
+        return None
+    if zero.stage == 0:
+        trainable = [math.prod(shape) for m in spec.instances() for shape in m.trainable]
+        return split_into_buckets(reversed(trainable), zero.reduce_bucket_size)
+    shards = optimizer_shards(spec, zero, world_size, Q.var("T", spec.trainable_params), Q.var("N", world_size))
+    return list(shards.order)
 
 
 def param_shards(spec: ModelSpec, zero: ZeroSettings, world_size: int, partitioned: Q, N: Q) -> Shards:

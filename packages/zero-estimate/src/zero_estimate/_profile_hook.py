@@ -6,6 +6,7 @@ import; its request is a plain dict, so this module checks its keys itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from . import _checks
@@ -21,7 +22,8 @@ REQUIRED = ("module", "ds_config", "world_size", "seq_len", "stage")
 def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
     """Estimate.as_dict() of request["module"] trained with request["ds_config"] on one node of world_size GPUs.
 
-    "stage" replaces the config's stage; "checkpointing" (default "none") is the model's activation
+    "stage" replaces the config's stage; "device" ("cpu", "cuda", ...; optional) decides how torch steps
+    the optimizer (tensor by tensor on a CPU device); "checkpointing" (default "none") is the model's activation
     checkpointing, which the ds_config does not tell. Keys beyond these are ignored, so a newer
     zero-core can send more.
     """
@@ -36,4 +38,7 @@ def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
         seq_len=_checks.count(request["seq_len"], "seq_len"),
     )
     zero = with_stage(zero, request["stage"])
+    # torch steps tensor by tensor on a CPU device and with foreach kernels on a GPU (its defaults).
+    if request.get("device") == "cpu":
+        training = replace(training, optimizer_impl="single-tensor")
     return estimate(from_module(request["module"]), Cluster(gpus_per_node=world_size), training, zero).as_dict()

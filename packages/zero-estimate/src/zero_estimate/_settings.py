@@ -13,6 +13,9 @@ from ._errors import EstimateError
 # Bytes per element of the params, gradients and activations the model computes with.
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor")
+# How torch steps the fp32 master (optimizer_impl): foreach on a GPU by default, tensor by tensor on a CPU
+# device, fused when the config asks for it.
+OPTIMIZER_IMPLS = ("foreach", "single-tensor", "fused")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 CHECKPOINTING = ("none", "selective", "full")
 DEFAULT_SEQ_LEN = 2048
@@ -52,6 +55,7 @@ class Training:
     (DeepSpeed's `activation_checkpointing.cpu_checkpointing`).
     offload_activations: what every layer saves for backward is kept in pinned host memory
     (`zero_core.checkpointing.offload_saved_activations` of the layers); not with full checkpointing.
+    optimizer_impl: how torch steps the master, which decides its step temporaries (OPTIMIZER_IMPLS).
     """
 
     precision: str = "bf16"
@@ -64,10 +68,12 @@ class Training:
     checkpoint_every: int = 1
     cpu_checkpointing: bool = False
     offload_activations: bool = False
+    optimizer_impl: str = "foreach"
 
     def __post_init__(self) -> None:
         _checks.choice(self.precision, "precision", PRECISION_BYTES)
         _checks.choice(self.optimizer, "optimizer", OPTIMIZERS)
+        _checks.choice(self.optimizer_impl, "optimizer_impl", OPTIMIZER_IMPLS)
         _checks.count(self.micro_batch, "micro_batch")
         if self.seq_len is not None:
             _checks.count(self.seq_len, "seq_len")

@@ -21,6 +21,7 @@ from ._partitions import (
     Shards,
     blocks_q,
     largest_bucket,
+    master_tensor_numels,
     optimizer_shards,
     pages,
     param_shards,
@@ -152,7 +153,9 @@ def _optimizer(c: _Context, lines: Lines) -> None:
     if c.training.mixed:
         # The engine casts every owned gradient to fp32 before the step (all sub-groups at once).
         lines.add("optim.grad", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * c.T_part, STEP)
-    temporaries = step_temporaries(c.training.optimizer, c.T_part)
+    tensors = master_tensor_numels(c.spec, c.zero, c.world_size) if c.training.optimizer_impl == "single-tensor" \
+        else None
+    temporaries = step_temporaries(c.training.optimizer, c.training.optimizer_impl, c.T_part, tensors)
     if temporaries is not None:
         lines.add("other", "gpu", *temporaries, STEP)
 

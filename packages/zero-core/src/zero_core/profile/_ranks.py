@@ -35,9 +35,10 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
         config = request.config_for(setting)
         estimate = None
         if rank == 0:
+            device = accelerator.device(accelerator.current_device()).type
             estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
                                         "seq_len": request.seq_len, "stage": setting.stage,
-                                        "checkpointing": "none"})
+                                        "checkpointing": "none", "device": device})
         engine, _, _, _ = initialize(model=model, config=config)
         batches = [torch.randint(0, vocab, shape, generator=generator) for _ in range(request.steps)]
         caching = engine.device.type != "cpu"  # a device allocator that caches: its reserve is not in the ledger
