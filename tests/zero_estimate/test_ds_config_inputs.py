@@ -177,7 +177,8 @@ def test_load_ds_config_reads_a_json_object(tmp_path):
     [
         (None, "cannot read"),
         (b"\xff\xfe{}", "is not UTF-8 text"),
-        (b'{\n "stage": 2,\n}', "not valid JSON: Expecting property name enclosed in double quotes at line 3 column 1"),
+        # json's own wording and position of a trailing comma differ between Python 3.12 and 3.13
+        (b'{\n "stage": 2,\n}', "is not valid JSON: "),
         (b"[1, 2]", "holds an array, not an object"),
     ],
 )
