@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,7 +57,7 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
     return results
 
 
-def _progress(rank: int, what: str) -> Any:
+def _progress(rank: int, what: str) -> Callable[[str], None]:
     def say(message: str) -> None:
         if rank == 0:  # stderr: --json keeps stdout to itself
             print(f"zero profile: {what}: {message}", file=sys.stderr, flush=True)
