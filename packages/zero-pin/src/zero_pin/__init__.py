@@ -6,6 +6,15 @@ import torch; the backends do, when first used.
 from ._accounting import pinned_memory_stats, pinned_memory_summary, track_pinned_storage
 from ._backend import PinBackend
 from ._cache import empty_cache
+from ._host_allocator import (
+    HostAllocatorStats,
+    count_host_allocations,
+    counted_blocks,
+    counting_host_allocations,
+    host_allocator_counts,
+    host_allocator_stats,
+    reset_host_allocator_peak,
+)
 from ._errors import MemlockLimitError, NativeBuildError, PinError
 from ._memlock import check_memlock, memlock_limit
 from ._native_build import native_build_state
@@ -21,6 +30,7 @@ from ._select import (
 from .__about__ import __version__
 
 __all__ = [
+    "HostAllocatorStats",
     "MemlockLimitError",
     "NativeBuildError",
     "PinBackend",
@@ -29,15 +39,21 @@ __all__ = [
     "available_backends",
     "backend_statuses",
     "check_memlock",
+    "count_host_allocations",
+    "counted_blocks",
+    "counting_host_allocations",
     "empty_cache",
     "format_bytes",
     "get_backend",
+    "host_allocator_counts",
+    "host_allocator_stats",
     "is_pinned",
     "memlock_limit",
     "native_build_state",
     "pin_memory",
     "pinned_memory_stats",
     "pinned_memory_summary",
+    "reset_host_allocator_peak",
     "track_pinned_storage",
     "unpin_memory",
 ]

@@ -1,5 +1,5 @@
-"""`zero pin build` prebuilds the native op; `zero pin check` reports backends, memlock limit, op state,
-the native backend's block cache and whether it uses huge pages."""
+"""`zero pin build` prebuilds the C++ ops (the native pin op, the CPU allocator count); `zero pin check`
+reports backends, memlock limit, the ops' state, the native backend's block cache and whether it uses huge pages."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ from ._cache import ENV_VAR as CACHE_ENV_VAR
 from ._cache import cache_limit
 from ._hugepages import huge_page_policy
 from ._memlock import memlock_limit
-from ._native_build import load_op, native_build_state
+from ._native_build import COUNTING_ALLOCATOR_OP, LOCKED_BLOCK_OP
 from ._select import REGISTRY, backend_statuses, selected_name
 from ._units import format_bytes
 
@@ -29,18 +29,22 @@ def run(args: argparse.Namespace) -> CommandResult:
 
 
 def _build(verbose: bool) -> CommandResult:
+    """Both ops: the native pin op (its state is the document's top level) and the CPU allocator count."""
     started = time.perf_counter()
-    load_op(verbose=verbose)  # NativeBuildError (a ZeroError) is printed as one line by `zero`
+    LOCKED_BLOCK_OP.load(verbose=verbose)  # NativeBuildError (a ZeroError) is printed as one line by `zero`
+    COUNTING_ALLOCATOR_OP.load(verbose=verbose)
     seconds = time.perf_counter() - started
-    state = native_build_state()
-    return CommandResult({**state, "seconds": round(seconds, 3)}, f"native pin op built: {state['detail']} ({seconds:.1f} s)")
+    state, counter = LOCKED_BLOCK_OP.state(), COUNTING_ALLOCATOR_OP.state()
+    return CommandResult({**state, "counting_allocator_op": counter, "seconds": round(seconds, 3)},
+                         f"native pin op built: {state['detail']}\n"
+                         f"CPU allocator count built: {counter['detail']} ({seconds:.1f} s)")
 
 
 def _check() -> CommandResult:
     selected = selected_name()
     REGISTRY.get(selected)  # an unknown DS_PIN_MEMORY_BACKEND fails here, listing what is installed
     statuses = backend_statuses()
-    limit, op = memlock_limit(), native_build_state()
+    limit, op, counter = memlock_limit(), LOCKED_BLOCK_OP.state(), COUNTING_ALLOCATOR_OP.state()
     cache = {"limit": cache_limit(), "cached": ACCOUNT.cached()}
     huge = huge_page_policy()
     rows = [(s["name"] + (" *" if s["selected"] else ""), "yes" if s["available"] else "no", s["distribution"], s["reason"])
@@ -50,11 +54,13 @@ def _check() -> CommandResult:
         "(* selected by DS_PIN_MEMORY_BACKEND, default torch)",
         f"memlock limit (ulimit -l): soft {_limit_text(limit['soft'])}, hard {_limit_text(limit['hard'])}",
         f"native op: {op['state']} ({op['detail']})",
+        f"CPU allocator count op: {counter['state']} ({counter['detail']})",
         f"native pin cache: {_cache_text(cache['limit'])}, {format_bytes(cache['cached'])} cached now",
         f"native huge pages: {'used' if huge['used'] else 'not used'} ({huge['reason']})",
     ])
     usable = any(s["selected"] and s["available"] for s in statuses)
     data = {"selected": selected, "backends": statuses, "memlock_limit": limit, "native_op": op,
+            "counting_allocator_op": counter,
             "pin_cache": cache, "huge_pages": huge}
     return CommandResult(data, text, exit_code=0 if usable else 1)
 

@@ -1,9 +1,10 @@
-"""Build and load the native op (csrc/locked_block.cpp) with ninja through torch.utils.cpp_extension.
+"""Build and load zero-pin's C++ ops (csrc/) with ninja through torch.utils.cpp_extension.
 
-The build is cached under TORCH_EXTENSIONS_DIR (torch's default cache when unset), in a folder
-named after a hash of everything the binary depends on: the source, the flags, torch and
-Python. A build is reused only where it fits, and two versions never overwrite each other.
-torch is imported inside the functions so that `import zero_pin` stays light.
+Two ops: `locked_block.cpp` (the native pin backend) and `counting_allocator.cpp` (the exact count
+of torch's CPU allocator, see _host_allocator). Each build is cached under TORCH_EXTENSIONS_DIR
+(torch's default cache when unset), in a folder named after a hash of everything the binary depends
+on: the source, the flags, torch and Python. A build is reused only where it fits, and two versions
+never overwrite each other. torch is imported inside the methods so that `import zero_pin` stays light.
 """
 from __future__ import annotations
 
@@ -19,31 +20,8 @@ from types import ModuleType
 
 from ._errors import NativeBuildError
 
-SOURCE = Path(__file__).parent / "csrc" / "locked_block.cpp"
+CSRC = Path(__file__).parent / "csrc"
 CFLAGS = ("-O2",)
-FALLBACK = "or select DS_PIN_MEMORY_BACKEND=torch"
-HINT = f"run `zero pin build --verbose` for the compiler output, {FALLBACK}"
-
-_lock = threading.Lock()
-_op: ModuleType | None = None
-_failure: str | None = None  # why the build failed in this process, so status reports it
-
-
-def extension_name() -> str:
-    import torch
-
-    key = "\0".join([SOURCE.read_text(), *CFLAGS, torch.__version__, sys.version, platform.machine()])
-    return "zero_pin_native_" + hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
-def build_directory() -> Path:
-    from torch.utils.cpp_extension import get_default_build_root
-
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()) / extension_name()
-
-
-def library_path() -> Path:
-    return build_directory() / f"{extension_name()}.so"
 
 
 def _find_pip_ninja() -> None:
@@ -59,9 +37,9 @@ def _find_pip_ninja() -> None:
 
 
 def missing_prerequisites() -> list[str]:
-    """What the build needs and this machine lacks, each with how to get it."""
+    """What a build needs and this machine lacks, each with how to get it."""
     if os.name != "posix":
-        return ["a POSIX system (the op uses posix_memalign and mlock)"]
+        return ["a POSIX system (the ops use posix_memalign, mlock and c10's CPU allocator hook)"]
     from torch.utils.cpp_extension import get_cxx_compiler, is_ninja_available
 
     _find_pip_ninja()
@@ -76,45 +54,93 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
-def _cannot_build_reason() -> str | None:
-    if _failure:
-        return _failure
-    missing = missing_prerequisites()
-    return f"the native pin op cannot build here: missing {'; '.join(missing)}" if missing else None
+class NativeOp:
+    """One C++ source built into one extension module on first use; a failed build is remembered."""
+
+    def __init__(self, source: str, prefix: str, what: str, fallback: str, hint: str) -> None:
+        self.source = CSRC / source
+        self.prefix = prefix
+        self.what = what  # "the native pin op", for messages
+        self.fallback = fallback  # what to do without it, ends every error
+        self.hint = hint  # where to look after a failed compile
+        self._lock = threading.Lock()
+        self._op: ModuleType | None = None
+        self._failure: str | None = None  # why the build failed in this process, so status reports it
+
+    def extension_name(self) -> str:
+        import torch
+
+        key = "\0".join([self.source.read_text(), *CFLAGS, torch.__version__, sys.version, platform.machine()])
+        return self.prefix + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+    def build_directory(self) -> Path:
+        from torch.utils.cpp_extension import get_default_build_root
+
+        return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()) / self.extension_name()
+
+    def library_path(self) -> Path:
+        return self.build_directory() / f"{self.extension_name()}.so"
+
+    def _cannot_build_reason(self) -> str | None:
+        if self._failure:
+            return self._failure
+        missing = missing_prerequisites()
+        return f"{self.what} cannot build here: missing {'; '.join(missing)}" if missing else None
+
+    def load(self, verbose: bool = False) -> ModuleType:
+        """The op's module, built on first use; raises NativeBuildError saying what is missing."""
+        with self._lock:
+            if self._op is not None:
+                return self._op
+            reason = self._cannot_build_reason()  # also stops a failed compile from rerunning on every lookup
+            if reason:
+                raise NativeBuildError(f"{reason}; {self.hint + ', ' + self.fallback if self._failure else self.fallback}")
+            from torch.utils.cpp_extension import load
+
+            directory = self.build_directory()
+            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self._op = load(name=self.extension_name(), sources=[str(self.source)], extra_cflags=list(CFLAGS),
+                                build_directory=str(directory), verbose=verbose)
+            except Exception as error:  # cpp_extension raises RuntimeError, OSError or ImportError
+                # The compiler's first "error:" line says more than cpp_extension's summary.
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [repr(error)]
+                first_error = next((line for line in lines if "error:" in line), lines[0])
+                self._failure = f"{self.what} failed to build in {directory}: {first_error}"
+                raise NativeBuildError(f"{self._failure}; {self.hint}, {self.fallback}") from error
+            return self._op
+
+    def loaded(self) -> ModuleType | None:
+        """The module if this process has loaded it, else None (never builds)."""
+        return self._op
+
+    def state(self) -> dict[str, str]:
+        """{"state": "built" | "not built" | "cannot build", "detail": library path or reason}; never builds."""
+        if self._op is not None:  # the library loaded, wherever TORCH_EXTENSIONS_DIR points now
+            return {"state": "built", "detail": str(self._op.__file__)}
+        if self.library_path().exists():
+            return {"state": "built", "detail": str(self.library_path())}
+        reason = self._cannot_build_reason()
+        if reason:
+            return {"state": "cannot build", "detail": reason}
+        return {"state": "not built", "detail": f"builds into {self.build_directory()} at first use, or run `zero pin build`"}
+
+
+LOCKED_BLOCK_OP = NativeOp("locked_block.cpp", "zero_pin_native_", "the native pin op",
+                           fallback="or select DS_PIN_MEMORY_BACKEND=torch",
+                           hint="run `zero pin build --verbose` for the compiler output")
+COUNTING_ALLOCATOR_OP = NativeOp("counting_allocator.cpp", "zero_pin_counting_allocator_",
+                                 "the CPU allocator count", fallback="measure on a GPU, where the caching "
+                                 "allocator counts, or install the missing tools",
+                                 hint="run `zero pin build --verbose` for the compiler output")
+SOURCE = LOCKED_BLOCK_OP.source
 
 
 def load_op(verbose: bool = False) -> ModuleType:
-    """The op's module, built on first use; raises NativeBuildError saying what is missing."""
-    global _op, _failure
-    with _lock:
-        if _op is not None:
-            return _op
-        reason = _cannot_build_reason()  # also stops a failed compile from rerunning on every lookup
-        if reason:
-            raise NativeBuildError(f"{reason}; {HINT if _failure else FALLBACK}")
-        from torch.utils.cpp_extension import load
-
-        directory = build_directory()
-        directory.mkdir(parents=True, exist_ok=True)
-        try:
-            _op = load(name=extension_name(), sources=[str(SOURCE)], extra_cflags=list(CFLAGS),
-                       build_directory=str(directory), verbose=verbose)
-        except Exception as error:  # cpp_extension raises RuntimeError, OSError or ImportError
-            # The compiler's first "error:" line says more than cpp_extension's summary.
-            lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [repr(error)]
-            first_error = next((line for line in lines if "error:" in line), lines[0])
-            _failure = f"the native pin op failed to build in {directory}: {first_error}"
-            raise NativeBuildError(f"{_failure}; {HINT}") from error
-        return _op
+    """The native pin op's module (see LOCKED_BLOCK_OP)."""
+    return LOCKED_BLOCK_OP.load(verbose)
 
 
 def native_build_state() -> dict[str, str]:
-    """{"state": "built" | "not built" | "cannot build", "detail": library path or reason}; never builds."""
-    if _op is not None:  # the library loaded, wherever TORCH_EXTENSIONS_DIR points now
-        return {"state": "built", "detail": str(_op.__file__)}
-    if library_path().exists():
-        return {"state": "built", "detail": str(library_path())}
-    reason = _cannot_build_reason()
-    if reason:
-        return {"state": "cannot build", "detail": reason}
-    return {"state": "not built", "detail": f"builds into {build_directory()} at first use, or run `zero pin build`"}
+    """The native pin op's build state (see NativeOp.state)."""
+    return LOCKED_BLOCK_OP.state()
