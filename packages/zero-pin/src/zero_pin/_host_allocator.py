@@ -10,6 +10,7 @@ so a running sum drifts. Only storages allocated after `count_host_allocations()
 """
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, TypedDict
 
 from ._native_build import COUNTING_ALLOCATOR_OP
@@ -68,7 +69,7 @@ def counted_blocks() -> list[tuple[int, int]]:
     return blocks
 
 
-def _installed_op():  # type: ignore[no-untyped-def]  # the extension module has no stubs
+def _installed_op() -> ModuleType:
     op = COUNTING_ALLOCATOR_OP.loaded()
     if op is None or not op.installed():
         raise RuntimeError("the CPU allocator is not being counted: call zero_pin.count_host_allocations() first "
