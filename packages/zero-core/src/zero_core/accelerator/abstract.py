@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import zero_pin
+
+if TYPE_CHECKING:
+    from ..memory.ruler import AllocatorRuler
 
 
 class Accelerator(abc.ABC):
@@ -89,6 +92,13 @@ class Accelerator(abc.ABC):
     @abc.abstractmethod
     def memory_stats_source(self) -> str:
         """Where the memory figures come from, e.g. "caching allocator" or "process RSS"."""
+
+    def allocator_ruler(self) -> AllocatorRuler | None:
+        """The allocator's exact figures (the ledger's ruler, docs/ledger.md), or None where nothing counts now."""
+        return None
+
+    def count_allocations(self) -> None:
+        """Start the allocator's count where it must be asked for (the CPU's); elsewhere it always counts."""
 
     # --- host memory pinning: delegated to the zero-pin backend selected by DS_PIN_MEMORY_BACKEND ---
     def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:

@@ -1,20 +1,23 @@
-"""The CPU accelerator: gloo, host memory, and memory figures from a tracker or the process RSS."""
+"""The CPU accelerator: gloo, host memory, and memory figures from zero-pin's count of the CPU allocator
+(a tracker or the process RSS where the count was not started)."""
 from __future__ import annotations
 
 import torch
+import zero_pin
 
 from ..memory.active import active_tracker
 from . import _host_memory
+from ._rulers import HostAllocatorRuler
 from .abstract import Accelerator
 
 
 class CpuAccelerator(Accelerator):
     """All ranks on a host share one "device", the host itself.
 
-    CPU has no allocator statistics. Inside a region profiled by a storage tracker
-    (zero_core.memory.StorageTracker) memory_allocated and its peak are the tracker's
-    exact figures; elsewhere they are the process RSS and its high-water mark.
-    `memory_stats_source()` says which.
+    CPU has no allocator statistics of its own. Once `count_allocations()` (zero_pin's count of torch's
+    CPU allocator) has started, memory_allocated and its peak are that exact count, like CUDA's. Before,
+    inside a region profiled by a storage tracker (zero_core.memory.StorageTracker) they are the tracker's
+    figures; elsewhere the process RSS and its high-water mark. `memory_stats_source()` says which.
     """
 
     name = "cpu"
@@ -53,10 +56,14 @@ class CpuAccelerator(Accelerator):
         return True
 
     def memory_allocated(self, device_index: int | None = None) -> int:
+        if zero_pin.counting_host_allocations():
+            return zero_pin.host_allocator_stats()["current"]
         tracker = active_tracker()
         return tracker.current_bytes("cpu") if tracker else _host_memory.rss_bytes()
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
+        if zero_pin.counting_host_allocations():
+            return zero_pin.host_allocator_stats()["peak"]
         tracker = active_tracker()
         return tracker.peak_bytes("cpu") if tracker else _host_memory.peak_rss_bytes()
 
@@ -68,6 +75,8 @@ class CpuAccelerator(Accelerator):
         return _host_memory.peak_rss_bytes()
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
+        if zero_pin.counting_host_allocations():
+            zero_pin.reset_host_allocator_peak()
         tracker = active_tracker()
         if tracker:
             tracker.reset_peak()
@@ -80,4 +89,14 @@ class CpuAccelerator(Accelerator):
         return _host_memory.available_bytes()
 
     def memory_stats_source(self) -> str:
+        if zero_pin.counting_host_allocations():
+            return "CPU allocator count"
         return "storage tracker" if active_tracker() else "process RSS"
+
+    def allocator_ruler(self) -> HostAllocatorRuler | None:
+        return HostAllocatorRuler() if zero_pin.counting_host_allocations() else None
+
+    def count_allocations(self) -> None:
+        """Count torch's CPU allocator from now on (zero_pin.count_host_allocations: builds a small C++ op
+        on first use; NativeBuildError says what is missing). Earlier storages are never counted."""
+        zero_pin.count_host_allocations()

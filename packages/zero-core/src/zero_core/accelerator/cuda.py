@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ._rulers import CudaAllocatorRuler
 from .abstract import Accelerator
 
 
@@ -69,3 +70,6 @@ class CudaAccelerator(Accelerator):
 
     def memory_stats_source(self) -> str:
         return "CUDA caching allocator"
+
+    def allocator_ruler(self) -> CudaAllocatorRuler:
+        return CudaAllocatorRuler(torch.cuda.current_device())

@@ -63,6 +63,7 @@ def assemble_engine(
         raise ConfigError(f"{config.compute_dtype}.enabled",
                           f"the {accelerator.name} accelerator does not support {config.compute_dtype}")
     ledger = MemoryLedger()
+    ledger.set_ruler(accelerator.allocator_ruler())  # the allocator beside the ledger, where one counts
     comm = Collectives(ledger)
     name_parameters(model)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None

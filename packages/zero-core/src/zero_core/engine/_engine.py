@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from zero_plugins import ZeroError
 
-from ..accelerator import pinned_stats
+from ..accelerator import get_accelerator, pinned_stats
 from ..comm import Collectives
 from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
@@ -270,7 +270,12 @@ class ZeroEngine(torch.nn.Module):
 
     def track_memory(self, enabled: bool = True) -> None:
         """Attribute memory the engine does not own (activations, temporaries) during forward, backward
-        and step, with a storage tracker. Exact, but it adds a Python call to every op."""
+        and step, with a storage tracker, and measure each phase's peak at the allocator beside the ledger's
+        (on CPU this starts zero-pin's count of the CPU allocator). Exact, but it adds a Python call to every op."""
+        if enabled and self.ledger.ruler is None:
+            accelerator = get_accelerator()
+            accelerator.count_allocations()
+            self.ledger.set_ruler(accelerator.allocator_ruler())
         self.ledger.set_tracking(enabled)
 
     def destroy(self) -> None:

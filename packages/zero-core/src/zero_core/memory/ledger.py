@@ -23,6 +23,7 @@ import torch
 from .levers import LeverSetup
 from .placement import Placement, location
 from .report import CommCount, MemoryReport
+from .ruler import AllocatorBeside, AllocatorFigures, AllocatorRuler, PhaseAllocation
 from .tracker import StorageTracker
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class _Entry:
     category: str
     location: str
     nbytes: int
+    counted: bool  # among the allocator's bytes (the ruler's)
 
 
 class MemoryLedger:
@@ -83,6 +85,7 @@ class MemoryLedger:
         self._label: str | None = None
         self._phase = "idle"
         self._outer_phase: str | None = None
+        self._allocator: AllocatorBeside | None = None
 
     # --- engine-owned buffers ---
     def register(self, tensor: torch.Tensor, category: str, placement: Placement = Placement.DEVICE,
@@ -147,6 +150,32 @@ class MemoryLedger:
         if entry is not None and entry.ref() is storage:
             self._move(entry, category, entry.location)
 
+    # --- the allocator, the ruler ---
+    def set_ruler(self, ruler: AllocatorRuler | None) -> None:
+        """Set the allocator's figures beside the ledger's (memory/ruler.py); storages registered from now
+        on are marked as counted by it or not. Phase peaks are measured at the allocator while tracking."""
+        if ruler is None:
+            self._allocator = None
+            return
+        self._allocator = AllocatorBeside(ruler)
+        for entry in self._entries.values():
+            storage = entry.ref()
+            entry.counted = storage is not None and ruler.counts(storage)
+            if entry.counted:
+                self._allocator.change(entry.location, entry.nbytes)
+
+    @property
+    def ruler(self) -> AllocatorRuler | None:
+        return self._allocator.ruler if self._allocator is not None else None
+
+    def allocator_now(self) -> PhaseAllocation | None:
+        """The allocator's bytes beside the ledger's counted bytes at this instant; None without a ruler."""
+        return self._allocator.now() if self._allocator is not None else None
+
+    def allocator_figures(self) -> AllocatorFigures | None:
+        """The allocator now and per phase beside the ledger's counted bytes, with `untracked`; None without a ruler."""
+        return self._allocator.figures() if self._allocator is not None else None
+
     # --- communication ---
     def count_comm(self, op: str, payload_bytes: int, sent_bytes: int) -> None:
         """One collective: `payload_bytes` is the tensor handed to it, `sent_bytes` what this rank sends."""
@@ -178,6 +207,10 @@ class MemoryLedger:
             self._outer_phase = name
             for where in self._current:  # what is held on entry counts, even if nothing is allocated inside
                 self._note_phase_peak(where)
+        measuring = outermost and tracker is not None and self._allocator is not None
+        if measuring:
+            assert self._allocator is not None
+            self._allocator.begin_phase(name)  # resets the allocator's peak: only while tracking (docs/ledger.md)
         try:
             if tracker is None or not outermost:
                 yield
@@ -188,6 +221,9 @@ class MemoryLedger:
             self._phase = previous
             if outermost:
                 self._outer_phase = None
+            if measuring:
+                assert self._allocator is not None
+                self._allocator.end_phase()
 
     # --- figures, per location ("cpu" is the CPU accelerator's device memory) ---
     def current(self, category: str, location: str = "cpu") -> int:
@@ -221,6 +257,8 @@ class MemoryLedger:
 
     def reset_phase_peaks(self) -> None:
         self._phase_peaks = {}
+        if self._allocator is not None:
+            self._allocator.reset_phases()
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """`{location: {category: bytes, ..., "total": bytes}}` held now."""
@@ -239,7 +277,8 @@ class MemoryLedger:
             memory[where] = rows
         comm = {op: count.as_dict() for op, count in sorted(self._comm.items())}
         at_peak = {where: dict(categories) for where, categories in sorted(self._at_peak.items())}
-        return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking, at_peak=at_peak, setup=setup)
+        return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking, at_peak=at_peak, setup=setup,
+                            allocator=self.allocator_figures())
 
     # --- bookkeeping ---
     def _on_new_storage(self, storage: torch.UntypedStorage, device: str) -> None:
@@ -254,7 +293,11 @@ class MemoryLedger:
         key = storage._cdata
         nbytes = storage.nbytes()
         ref = weakref.ref(storage, lambda dead: self._on_free(key, dead))
-        self._entries[key] = _Entry(ref, category, where, nbytes)
+        counted = self._allocator is not None and self._allocator.ruler.counts(storage)
+        self._entries[key] = _Entry(ref, category, where, nbytes, counted)
+        if counted:
+            assert self._allocator is not None
+            self._allocator.change(where, nbytes)
         self._change(where, category, nbytes)
         self._change_total(where, nbytes)
 
@@ -262,6 +305,8 @@ class MemoryLedger:
         self._change(entry.location, entry.category, -entry.nbytes)
         self._change_total(entry.location, -entry.nbytes)
         entry.category, entry.location = category, where
+        if entry.counted and self._allocator is not None:
+            self._allocator.locations.add(where)
         self._change(where, category, entry.nbytes)
         self._change_total(where, entry.nbytes)
 
@@ -285,6 +330,8 @@ class MemoryLedger:
         if entry is None or entry.ref is not dead:
             return
         del self._entries[key]
+        if entry.counted and self._allocator is not None:
+            self._allocator.change(entry.location, -entry.nbytes)
         self._change(entry.location, entry.category, -entry.nbytes)
         self._total[entry.location] -= entry.nbytes
 

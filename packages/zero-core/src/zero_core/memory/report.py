@@ -11,6 +11,8 @@ from .levers import LeverSetup, measured_levers
 if TYPE_CHECKING:
     from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
 
+    from .ruler import AllocatorFigures
+
 MiB = 1024 * 1024
 
 
@@ -42,6 +44,7 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         tracked: bool = False,
         at_peak: dict[str, dict[str, int]] | None = None,
         setup: LeverSetup | None = None,
+        allocator: AllocatorFigures | None = None,
     ) -> None:
         super().__init__(memory)
         self.comm = comm
@@ -49,10 +52,11 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         self.tracked = tracked
         self.at_peak = at_peak or {}  # {location: {category: bytes held when the location's total peaked}}
         self.setup = setup  # the engine's stage and world: what the levers are computed from
+        self.allocator = allocator  # the allocator beside the ledger (memory/ruler.py), when one counts
 
     def as_dict(self) -> dict[str, Any]:
         return {"memory": dict(self), "comm": self.comm, "pinned": self.pinned, "tracked": self.tracked,
-                "at_peak": self.at_peak}
+                "at_peak": self.at_peak, "allocator": self.allocator}
 
     def what_made_the_peak(self, location: str) -> str:
         """In words: which categories held a location's memory when its total peaked, and the levers on the largest."""
@@ -83,6 +87,7 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         note = "" if self.tracked else " (engine-owned buffers only: tracking is off, so activations are not counted)"
         parts = [f"memory ledger{note}", format_table(["location", "category", "current", "peak"], rows)]
         parts.extend(f"what made the peak: {self.what_made_the_peak(where)}" for where in self.at_peak)
+        parts.extend(_allocator_lines(self.allocator))
         if self.pinned is not None:
             total = self.pinned["total"]
             parts.append(f"pinned host memory (process-wide): {_size(total['current'])} now, peak {_size(total['peak'])}")
@@ -103,6 +108,24 @@ _LEVERS = {
     "param": "stage 3 partitions the weights, offload_param moves the partitions off the device",
     "other": "step temporaries: torch's optimizers make parameter-sized ones; CPU offload's sub_group_size bounds them",
 }
+
+
+def _allocator_lines(figures: AllocatorFigures | None) -> list[str]:
+    """The ruler beside the ledger: now, and per phase measured while tracking."""
+    if figures is None:
+        return ["allocator: not counted (on CPU, zero_pin.count_host_allocations() or engine.track_memory() "
+                "starts the count; docs/ledger.md)"]
+    lines = [f"allocator ({figures['ruler']}, the ruler): {_size(figures['current'])} now, of which the ledger "
+             f"explains {_size(figures['ledger'])}; untracked {_size(figures['untracked'])}"]
+    rows = [(phase, _size(p["allocator"]), _size(p["ledger"]), _size(p["untracked"]), _share(p["untracked"], p["allocator"]))
+            for phase, p in figures["phases"].items()]
+    if rows:
+        lines.append(format_table(["phase", "allocator peak", "ledger peak", "untracked", "of allocator"], rows))
+    return lines
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
 
 
 def _size(nbytes: int) -> str:

@@ -1,4 +1,9 @@
-"""Set the measured phases beside the estimate: totals, errors, and every gap above the threshold, explained."""
+"""Set the measured phases beside the estimate: totals, errors, and every gap above the threshold, explained.
+
+The allocator is the ruler: where it counted, each phase's error and the peak are taken against the
+allocator's peak (over the ledger's locations it counts), and the ledger's categories explain it, with
+`untracked` for what they do not. Without an allocator count the ledger's device total stands in.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -10,9 +15,13 @@ from ._phases import PHASES, PhaseMemory
 GAP_THRESHOLD = 0.05  # of the measured phase total: smaller differences are left as unexplained remainder
 
 
-def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict[str, Any]) -> dict[str, Any]:
-    """One setting's comparison: per phase the measured (rank 0) and estimated categories on the device."""
+def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict[str, Any],
+            allocator: dict[str, Any]) -> dict[str, Any]:
+    """One setting's comparison: per phase the allocator's peak and the measured (rank 0) and estimated
+    categories on the device; `allocator` is rank 0's (see _ranks.py: ruler, locations, phases)."""
     measured = per_rank[0]
+    counted = allocator["phases"] if allocator["ruler"] else {}
+    covered = [_estimate_location(where, device) for where in allocator["locations"]] or ["gpu"]
     phases: dict[str, Any] = {}
     gaps: list[dict[str, Any]] = []
     for phase in PHASES:
@@ -22,18 +31,27 @@ def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict
         phase_gaps = _gaps(phase, held, expected, total)
         gaps.extend(phase_gaps)
         explained = sum(gap["difference"] for gap in phase_gaps)
+        at_allocator = counted.get(phase)
+        predicted_there = sum(sum(estimated_categories(estimate, phase, where).values()) for where in covered)
         phases[phase] = {"measured": held, "estimated": expected, "measured_total": total,
                          "estimated_total": predicted, "error": _error(predicted, total),
-                         "unexplained": predicted - total - explained}
-    measured_peak = max(PHASES, key=lambda p: phases[p]["measured_total"])
-    estimated_peak = max(PHASES, key=lambda p: phases[p]["estimated_total"])
+                         "unexplained": predicted - total - explained, "allocator": at_allocator,
+                         "estimated_at_allocator": predicted_there,
+                         "allocator_error": _error(predicted_there, at_allocator["allocator"]) if at_allocator else None}
+    # The peak phase: where the ruler was highest (the allocator's, else the ledger's device total).
+    ruled = "allocator" if counted else "measured_total"
+    estimated_side = "estimated_at_allocator" if counted else "estimated_total"
+    measured_peak = max(PHASES, key=lambda p: _ruler_bytes(phases[p], ruled))
+    estimated_peak = max(PHASES, key=lambda p: phases[p][estimated_side])
+    peak_bytes = _ruler_bytes(phases[measured_peak], ruled)
     return {
         "label": label,
         "device": device,
+        "ruler": allocator["ruler"] or "the ledger (no allocator count)",
         "phases": phases,
-        "peak": {"measured": {"phase": measured_peak, "bytes": phases[measured_peak]["measured_total"]},
-                 "estimated": {"phase": estimated_peak, "bytes": phases[estimated_peak]["estimated_total"]},
-                 "error": _error(phases[estimated_peak]["estimated_total"], phases[measured_peak]["measured_total"]),
+        "peak": {"measured": {"phase": measured_peak, "bytes": peak_bytes},
+                 "estimated": {"phase": estimated_peak, "bytes": phases[estimated_peak][estimated_side]},
+                 "error": _error(phases[estimated_peak][estimated_side], peak_bytes),
                  "same_phase": measured_peak == estimated_peak},
         "gaps": gaps,
         "ranks": [max((memory.get(p, {}).get(device, {}).get("total", 0) for p in PHASES), default=0)
@@ -41,6 +59,17 @@ def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict
         "host": {phase: {where: held for where, held in measured.get(phase, {}).items() if where != device}
                  for phase in PHASES},
     }
+
+
+def _ruler_bytes(phase: dict[str, Any], ruled: str) -> int:
+    if ruled == "allocator":
+        return int(phase["allocator"]["allocator"]) if phase["allocator"] else 0
+    return int(phase["measured_total"])
+
+
+def _estimate_location(where: str, device: str) -> str:
+    """The estimate's name for a ledger location: the device is "gpu" there, host lines keep their names."""
+    return "gpu" if where == device else where
 
 
 def _gaps(phase: str, held: dict[str, int], expected: dict[str, int], total: int) -> list[dict[str, Any]]:

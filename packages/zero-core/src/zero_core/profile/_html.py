@@ -1,7 +1,9 @@
 """`zero profile --html FILE`: one self-contained page (inline SVG, no scripts, nothing fetched).
 
-For each setting a stacked bar per phase, measured beside estimated, one colour per category, so the
-peak and what makes it show at a glance; the text report follows below.
+For each setting a stacked bar per phase, the ledger's categories (M) beside the estimate's (E), one colour
+per category, and a black line across both at the allocator's peak (the ruler), so the peak, what makes it
+and what the ledger does not explain show at a glance. Every setting shares one vertical scale, so stage 2
+and stage 3 compare by eye. The text report follows below.
 """
 from __future__ import annotations
 
@@ -23,18 +25,24 @@ def profile_html(report: dict[str, Any]) -> str:
     colours = {category: _PALETTE[i % len(_PALETTE)] for i, category in enumerate(categories)}
     legend = "".join(f'<span class="key"><i style="background:{colours[c]}"></i>{html.escape(c)}</span>'
                      for c in categories)
-    charts = "".join(_chart(setting, colours) for setting in report["settings"])
+    top = max(_chart_top(setting) for setting in report["settings"]) or 1  # one scale for every setting
+    charts = "".join(_chart(setting, colours, top) for setting in report["settings"])
     title = html.escape(f"zero profile: {report['model']['name']}")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f"<style>{_STYLE}</style></head><body><h1>{title}</h1>"
-            f'<p>Rank 0\'s device memory per phase: M = measured (the engine\'s ledger), E = estimated '
-            f'(zero-estimate), MiB.</p><div class="legend">{legend}</div>{charts}'
+            f'<p>Rank 0\'s memory per phase, MiB, one scale for every setting: M = the engine\'s ledger by '
+            f'category, E = zero-estimate\'s, and the black line = the allocator\'s peak (the ruler; the gap '
+            f'between it and M is untracked).</p><div class="legend">{legend}</div>{charts}'
             f"<h2>Report</h2><pre>{html.escape(profile_text(report))}</pre></body></html>\n")
 
 
-def _chart(setting: dict[str, Any], colours: dict[str, str]) -> str:
+def _chart_top(setting: dict[str, Any]) -> int:
+    return max(max(p["measured_total"], p["estimated_total"], p["estimated_at_allocator"],
+                   p["allocator"]["allocator"] if p["allocator"] else 0) for p in setting["phases"].values())
+
+
+def _chart(setting: dict[str, Any], colours: dict[str, str], top: int) -> str:
     phases = setting["phases"]
-    top = max(max(p["measured_total"], p["estimated_total"]) for p in phases.values()) or 1
     width = _LEFT + len(PHASES) * (2 * _BAR + _GAP) + 10
     shapes = [f'<text x="{_LEFT - 6}" y="14" class="axis" text-anchor="end">{top / MiB:.1f}</text>',
               f'<text x="{_LEFT - 6}" y="{_HEIGHT + 10}" class="axis" text-anchor="end">0</text>']
@@ -45,6 +53,13 @@ def _chart(setting: dict[str, Any], colours: dict[str, str]) -> str:
             shapes.append(f'<text x="{x + offset + _BAR / 2 - 2}" y="{_HEIGHT + 24}" class="axis" '
                           f'text-anchor="middle">{mark}</text>')
         shapes.append(f'<text x="{x + _BAR}" y="{_HEIGHT + 42}" text-anchor="middle">{phase}</text>')
+        counted = phases[phase]["allocator"]
+        if counted:
+            y = _HEIGHT + 10 - _HEIGHT * counted["allocator"] / top
+            label = html.escape(f"{phase}: allocator peak {counted['allocator'] / MiB:.2f} MiB, untracked "
+                                f"{counted['untracked'] / MiB:.2f} MiB")
+            shapes.append(f'<line x1="{x - 2}" x2="{x + 2 * _BAR - 2}" y1="{y:.1f}" y2="{y:.1f}" stroke="#000" '
+                          f'stroke-width="2"><title>{label}</title></line>')
     peak = setting["peak"]["measured"]
     return (f"<h2>{html.escape(setting['label'])}</h2><p>measured peak {peak['bytes'] / MiB:.2f} MiB at "
             f"{html.escape(peak['phase'])}</p>"

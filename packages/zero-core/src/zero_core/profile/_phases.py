@@ -1,24 +1,43 @@
 """Measure an engine's memory phase by phase: the Python API behind `zero profile`.
 
 `profile_engine(engine, train_step, batches)` turns the engine's storage tracking on, takes a snapshot of
-the ledger right after `initialize` ("init"), runs `train_step(engine, batch)` for each batch and reads the
-ledger's per-phase peaks: for forward, backward and step, what every category held at the moment the
-location's total was highest inside that phase, over the steps after the first. The first step creates
-the optimizer's state inside torch's `step()`, where the ledger can only file it as `other` until the
-step returns; from the second step on it is `optim.state`, held through every phase, as it will be for
-the rest of training. (With one batch, that one step is measured.)
+the ledger right after `initialize` ("init"), runs `train_step(engine, batch)` for each batch and reads
+per phase (forward, backward, step) two figures: the allocator's peak inside the phase (the ruler: CUDA's
+caching allocator, or zero-pin's count of the CPU allocator) and the ledger's categories at the moment its
+total was highest inside the phase, over the steps after the first. The first step creates the optimizer's
+state inside torch's `step()`, where the ledger can only file it as `other` until the step returns; from the
+second step on it is `optim.state`, held through every phase, as it will be for the rest of training. (With
+one batch, that one step is measured.)
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..engine import ZeroEngine
+    from ..memory.ruler import PhaseAllocation
 
 PHASES = ("init", "forward", "backward", "step")
 #: {phase: {location: {category: bytes, ..., "total": bytes}}}
 PhaseMemory = dict[str, dict[str, dict[str, int]]]
+
+
+@dataclass
+class ProfiledPhases:
+    """What `profile_engine` measured: the ledger per phase, and the allocator beside it where one counts."""
+
+    ledger: PhaseMemory
+    #: {phase: {"allocator": peak, "ledger": the ledger's counted peak, "untracked": the difference}}
+    allocator: dict[str, PhaseAllocation] = field(default_factory=dict)
+    ruler: str | None = None  # what counted ("CPU allocator count", "CUDA caching allocator"); None: nothing
+    #: the ledger's locations whose bytes the allocator counts
+    allocator_locations: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ledger": self.ledger, "allocator": self.allocator, "ruler": self.ruler,
+                "allocator_locations": self.allocator_locations}
 
 
 def hf_train_step(engine: ZeroEngine, batch: Any) -> float:
@@ -30,17 +49,20 @@ def hf_train_step(engine: ZeroEngine, batch: Any) -> float:
 
 
 def profile_engine(engine: ZeroEngine, train_step: Callable[[ZeroEngine, Any], object],
-                   batches: Iterable[Any], progress: Callable[[int], None] | None = None) -> PhaseMemory:
+                   batches: Iterable[Any], progress: Callable[[int], None] | None = None) -> ProfiledPhases:
     """Run `train_step(engine, batch)` on each batch with tracking on; the memory of each phase.
 
-    Call it right after `initialize`: "init" is what the ledger holds when it starts. It resets the
-    ledger's phase peaks and leaves tracking as it found it. `progress(step)` is called after each step.
+    Call it right after `initialize`: "init" is what the ledger (and the allocator) hold when it starts. It
+    resets the ledger's phase peaks and leaves tracking as it found it. `progress(step)` is called after each
+    step. On CPU, tracking starts zero-pin's allocator count if nothing did; start it before the model is built
+    (`get_accelerator().count_allocations()`) so that the model's weights are counted too.
     """
     ledger = engine.ledger
     was_tracking = ledger.tracking
+    engine.track_memory(True)  # first: on CPU it starts the allocator's count
     phases: PhaseMemory = {"init": ledger.snapshot()}
+    init = ledger.allocator_now()
     ledger.reset_phase_peaks()
-    engine.track_memory(True)
     try:
         for step, batch in enumerate(batches, start=1):
             if step == 2:
@@ -52,4 +74,7 @@ def profile_engine(engine: ZeroEngine, train_step: Callable[[ZeroEngine, Any], o
         engine.track_memory(was_tracking)
     for phase, locations in ledger.phase_peaks().items():
         phases[phase] = locations
-    return phases
+    figures = ledger.allocator_figures()
+    if figures is None or init is None:
+        return ProfiledPhases(phases)
+    return ProfiledPhases(phases, {"init": init, **figures["phases"]}, figures["ruler"], figures["locations"])

@@ -23,6 +23,7 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
     from ..engine import initialize
 
     accelerator = get_accelerator()
+    accelerator.count_allocations()  # before any model is built: the allocator is the ruler (on CPU, zero-pin's count)
     generator = torch.Generator().manual_seed(request.seed + rank)
     shape = (request.micro_batch, request.seq_len)
     vocab = int(request.model_config.get("vocab_size", 0))
@@ -45,11 +46,12 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
         caching = engine.device.type != "cpu"  # a device allocator that caches: its reserve is not in the ledger
         if caching:
             accelerator.reset_peak_memory_stats()
-        phases = profile_engine(engine, hf_train_step, batches,
-                                progress=lambda step: say(f"step {step}/{request.steps}"))
-        allocator = {"max_allocated": accelerator.max_memory_allocated(),
-                     "max_reserved": accelerator.max_memory_reserved()} if caching else None
-        results.append({"setting": setting.as_dict(), "device": engine.device.type, "phases": phases,
+        measured = profile_engine(engine, hf_train_step, batches,
+                                  progress=lambda step: say(f"step {step}/{request.steps}"))
+        allocator = {"ruler": measured.ruler, "locations": measured.allocator_locations,
+                     "phases": measured.allocator,
+                     "max_reserved": accelerator.max_memory_reserved() if caching else None}
+        results.append({"setting": setting.as_dict(), "device": engine.device.type, "phases": measured.ledger,
                         "estimate": estimate, "allocator": allocator})
         engine.destroy()
         del engine, model

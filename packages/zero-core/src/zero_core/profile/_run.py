@@ -8,7 +8,7 @@ from ._compare import GAP_THRESHOLD, compare
 from ._ranks import profile_rank
 from ._request import ProfileRequest
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the allocator is the ruler (phases[].allocator, allocator_error; setting.ruler)
 
 
 def run_profile(request: ProfileRequest) -> dict[str, Any]:
@@ -18,7 +18,7 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
     for index, setting in enumerate(request.settings):
         first = per_rank[0][index]
         comparison = compare(setting.label, first["device"], [rank[index]["phases"] for rank in per_rank],
-                             first["estimate"])
+                             first["estimate"], first["allocator"])
         settings.append({"setting": setting.as_dict(), **comparison, "allocator": first["allocator"],
                          "estimate_inputs": first["estimate"].get("inputs", {})})
     return {

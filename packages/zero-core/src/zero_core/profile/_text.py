@@ -14,8 +14,10 @@ def profile_text(report: dict[str, Any]) -> str:
     model = report["model"]
     lora = f", LoRA rank {model['lora_rank']}" if model["lora_rank"] else ""
     parts = [f"zero profile: {model['name']}{lora}, {report['precision']}, {report['nproc']} ranks, micro-batch "
-             f"{report['micro_batch']} x {report['seq_len']} tokens, {report['steps']} steps; rank 0's device memory "
-             "(the ledger, tracking on) beside zero-estimate's, MiB"]
+             f"{report['micro_batch']} x {report['seq_len']} tokens, {report['steps']} steps; rank 0's memory in MiB. "
+             "It leads with the allocator's peak per phase (the ruler: what torch's allocator counts), then the "
+             "ledger's part of it (tracking on), `untracked` = allocator - ledger, and zero-estimate's figure; "
+             "errors are the estimate's against the allocator"]
     parts += [f"note: {note}" for note in report["notes"]]
     for setting in report["settings"]:
         parts += ["", _setting_text(setting, report["gap_threshold"])]
@@ -26,11 +28,8 @@ def profile_text(report: dict[str, Any]) -> str:
 
 def _setting_text(setting: dict[str, Any], threshold: float) -> str:
     phases = setting["phases"]
-    rows: list[tuple[str, ...]] = [(phase, _mib(phases[phase]["measured_total"]), _mib(phases[phase]["estimated_total"]),
-             _percent(phases[phase]["error"])) for phase in PHASES]
     peak = setting["peak"]
-    lines = [f"{setting['label']} (device: {setting['device']})",
-             format_table(["phase", "measured", "estimated", "error"], rows),
+    lines = [f"{setting['label']} (device: {setting['device']}; ruler: {setting['ruler']})", _phase_table(phases),
              f"peak: measured {_mib(peak['measured']['bytes'])} at {peak['measured']['phase']}, estimated "
              f"{_mib(peak['estimated']['bytes'])} at {peak['estimated']['phase']} ({_percent(peak['error'])}"
              + ("" if peak["same_phase"] else ", a different phase") + ")"]
@@ -40,11 +39,11 @@ def _setting_text(setting: dict[str, Any], threshold: float) -> str:
             for category in sorted(set(held) | set(expected), key=lambda c: -max(held.get(c, 0), expected.get(c, 0)))
             if held.get(category) or expected.get(category)]
     lines += [f"at the measured peak ({at}), by category:", format_table(["category", "measured", "estimated"], rows)]
-    allocator = setting["allocator"]
-    if allocator is not None and allocator["max_reserved"] > (1 + threshold) * allocator["max_allocated"]:
-        cached = allocator["max_reserved"] - allocator["max_allocated"]
+    reserved = setting["allocator"]["max_reserved"]
+    if reserved is not None and reserved > (1 + threshold) * peak["measured"]["bytes"]:
+        cached = reserved - peak["measured"]["bytes"]
         lines.append(f"allocator caching: the device allocator reserved {_mib(cached)} MiB beyond its allocated peak "
-                     f"of {_mib(allocator['max_allocated'])} MiB (torch's max_memory_reserved); not in the ledger "
+                     f"of {_mib(peak['measured']['bytes'])} MiB (torch's max_memory_reserved); not in the ledger "
                      "nor the estimate. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lowers it")
     gaps = setting["gaps"]
     if gaps:
@@ -56,6 +55,21 @@ def _setting_text(setting: dict[str, Any], threshold: float) -> str:
     return "\n".join(lines)
 
 
+def _phase_table(phases: dict[str, Any]) -> str:
+    if all(phases[phase]["allocator"] is None for phase in PHASES):  # nothing counted: the ledger leads
+        rows: list[tuple[str, ...]] = [(phase, _mib(phases[phase]["measured_total"]),
+                                        _mib(phases[phase]["estimated_total"]), _percent(phases[phase]["error"]))
+                                       for phase in PHASES]
+        return format_table(["phase", "ledger", "estimated", "error"], rows)
+    rows = []
+    for phase in PHASES:
+        counted = phases[phase]["allocator"] or {"allocator": 0, "ledger": 0, "untracked": 0}
+        rows.append((phase, _mib(counted["allocator"]), _mib(counted["ledger"]), _mib(counted["untracked"]),
+                     _percent(counted["untracked"] / counted["allocator"] if counted["allocator"] else None),
+                     _mib(phases[phase]["estimated_at_allocator"]), _percent(phases[phase]["allocator_error"])))
+    return format_table(["phase", "allocator", "ledger", "untracked", "of allocator", "estimated", "error"], rows)
+
+
 def _summary(settings: list[dict[str, Any]]) -> str:
     rows = []
     for setting in settings:
@@ -64,7 +78,7 @@ def _summary(settings: list[dict[str, Any]]) -> str:
         rows.append((setting["label"], _mib(init["measured_total"]), _mib(peak["measured"]["bytes"]),
                      peak["measured"]["phase"], _mib(peak["estimated"]["bytes"]),
                      "yes" if held else "no"))
-    return "summary\n" + format_table(["setting", "after init", "measured peak", "at", "estimated peak",
+    return "summary\n" + format_table(["setting", "after init", "peak (ruler)", "at", "estimated peak",
                                        "held weights"], rows)
 
 

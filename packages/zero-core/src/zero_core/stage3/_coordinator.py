@@ -35,12 +35,15 @@ class PassKind(enum.Enum):
 
 
 # Which coordinator gathers each unit: units need no pointer back (as FSDP2's FSDPParam has none to its group).
-_owners: weakref.WeakKeyDictionary[ParamUnit, GatherCoordinator] = weakref.WeakKeyDictionary()
+# Weak both ways: the coordinator holds its units, so a strong value would keep every key alive for the life
+# of the process (a destroyed engine's partitions stayed allocated: the allocator showed them, issue #20).
+_owners: weakref.WeakKeyDictionary[ParamUnit, weakref.ref[GatherCoordinator]] = weakref.WeakKeyDictionary()
 
 
 def owner_of(unit: ParamUnit) -> GatherCoordinator | None:
     """The engine's coordinator that gathers `unit`; None for a zero_core.Init unit no engine owns yet."""
-    return _owners.get(unit)
+    owner = _owners.get(unit)
+    return owner() if owner is not None else None
 
 
 class GatherCoordinator:
@@ -67,10 +70,10 @@ class GatherCoordinator:
 
     def adopt(self, units: list[ParamUnit]) -> None:
         for unit in units:
-            _owners[unit] = self
+            _owners[unit] = weakref.ref(self)
 
     def owns(self, unit: ParamUnit) -> bool:
-        return _owners.get(unit) is self
+        return owner_of(unit) is self
 
     # --- passes ---
     @contextmanager
