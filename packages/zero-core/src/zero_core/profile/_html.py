@@ -37,8 +37,8 @@ def profile_html(report: dict[str, Any]) -> str:
 
 
 def _chart_top(setting: dict[str, Any]) -> int:
-    return max(max(p["measured_total"], p["estimated_total"], p["estimated_at_allocator"],
-                   p["allocator"]["allocator"] if p["allocator"] else 0) for p in setting["phases"].values())
+    return max(max(int(p["measured_total"]), int(p["estimated_total"]), int(p["estimated_at_allocator"]),
+                   int(p["allocator"]["allocator"]) if p["allocator"] else 0) for p in setting["phases"].values())
 
 
 def _chart(setting: dict[str, Any], colours: dict[str, str], top: int) -> str:
