@@ -2,11 +2,18 @@
 Recomputation in Large Transformer Models", section 4, no tensor or sequence parallelism), with
 the attention scores and the loss as Hugging Face's eager attention and causal-LM loss keep them.
 
-Per layer, s tokens, micro-batch b, hidden size h, a heads, b_p bytes per 16-bit or fp32 value:
-    (16*b_p + 2)*s*b*h + c*a*s*s*b  bytes
-The first term is the paper's 34sbh: 32 of it 2-byte values (16*b_p), 2 the 1-byte dropout masks
-of the attention and MLP outputs, dropped when the model drops nothing out of its hidden states
-(TransformerShape.hidden_dropout). c is what a layer keeps per attention score: the softmax in
+Per layer, s tokens, micro-batch b, hidden size h, MLP width i, a heads, b_p bytes per 16-bit or fp32 value:
+    ((6*b_p + 2*c_n + 2)*h + m*b_p*i)*s*b + c*a*s*s*b  bytes
+derived from the layer's structure, as autograd saves it: the attention block keeps its projections' input,
+Q, K and V (eager attention repeats grouped K and V heads to every query head before the matmul it saves them
+for, so they are h wide whatever num_key_value_heads is) and the output projection's input (5*b_p*h); the MLP
+keeps its input (b_p*h) and m tensors of width i (m: 1 for ReLU, whose output is also the next input; 2 for
+GELU or SiLU, input and output; 4 for a gated SwiGLU MLP, the gate's output, its SiLU, the up projection and
+their product; 5 for the tanh GELU written out as Python ops, gelu_new); each of the two norms keeps its input,
+c_n bytes per value (b_p, or 4 + b_p where Hugging Face's RMSNorm saves an fp32 copy and the 16-bit cast);
+2 more are the 1-byte dropout masks of the attention and MLP outputs, dropped when the model drops nothing out
+of its hidden states (TransformerShape.hidden_dropout). With a 4h GELU MLP and LayerNorm this is the paper's
+34sbh: (16*b_p + 2)*s*b*h. c is what a layer keeps per attention score: the softmax in
 fp32 (16-bit models take it in fp32 too) and, in 16 bits, its cast back for the matmul with the
 values; with dropout on the probabilities (TransformerShape.attention_dropout) a 1-byte mask and
 the dropped copy instead of the cast. FlashAttention keeps no scores, and selective recomputation
@@ -35,7 +42,7 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
     s, b = Q.var("s", seq_len), Q.var("b", training.micro_batch)
     h, a = Q.var("h", shape.hidden_size), Q.var("a", shape.num_heads)
     layers, vocab = Q.var("n", shape.num_layers), Q.var("V", shape.vocab_size)
-    linear_terms = _linear_coefficient(shape, training) * s * b * h
+    linear_terms = _linear_terms(shape, training, s * b, h)
     full_layer = linear_terms if training.flash_attention else linear_terms + _scores(shape, training) * a * s * s * b
     lines = Lines()
     attention = "flash attention" if training.flash_attention else "attention scores kept"
@@ -56,12 +63,18 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
     return lines
 
 
-def _linear_coefficient(shape: TransformerShape, training: Training) -> int:
-    """Bytes per s*b*h a layer keeps besides its attention scores: Korthikanti et al.'s 34 in 16 bits, of
-    which 32 are 16-bit values (doubled in fp32) and 2 the 1-byte dropout masks of the attention and MLP
-    outputs, kept only when the model drops its hidden states out."""
+def _linear_terms(shape: TransformerShape, training: Training, tokens: Q, h: Q) -> Q:
+    """Bytes a layer keeps besides its attention scores, from its structure (the module docstring): the
+    attention block, the MLP's input and its i-wide tensors, the two norms' inputs, and the 1-byte dropout
+    masks of the attention and MLP outputs when the model drops its hidden states out."""
+    bp = training.param_bytes
     masks = 0 if shape.hidden_dropout is False else 2
-    return 16 * training.param_bytes + masks
+    if shape.intermediate_size is None and shape.mlp_saved_tensors is None and not shape.norm_upcast:
+        return Q.const(16 * bp + masks) * tokens * h  # no structure known (counts): the paper's 4h GELU MLP
+    norm = 4 + bp if shape.norm_upcast else bp
+    width = Q.var("i", shape.intermediate_size or 4 * shape.hidden_size)
+    saved = 2 if shape.mlp_saved_tensors is None else shape.mlp_saved_tensors
+    return (Q.const(6 * bp + 2 * norm + masks) * h + Q.const(saved * bp) * width) * tokens
 
 
 def _scores(shape: TransformerShape, training: Training) -> Q:

@@ -11,6 +11,7 @@ cut in that order, can be laid out exactly (zero_estimate._partitions).
 """
 from __future__ import annotations
 
+from ._mlp_structure import saved_tensors
 from ._hf_schema import BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, T5Config
 from ._spec import ModuleParams, TransformerShape
 
@@ -66,7 +67,8 @@ def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c)
+        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c), intermediate_size=i,
+        mlp_saved_tensors=saved_tensors(c.hidden_act, gated=False),
     )
 
 
@@ -92,7 +94,8 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c)
+        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c), intermediate_size=i,
+        mlp_saved_tensors=saved_tensors(c.hidden_act, gated=True), norm_upcast=True,
     )
 
 
@@ -122,7 +125,8 @@ def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n, h, c.n_head, c.vocab_size, max_positions=c.n_positions, **_dropout(c)
+        n, h, c.n_head, c.vocab_size, max_positions=c.n_positions, **_dropout(c), intermediate_size=inner,
+        mlp_saved_tensors=saved_tensors(c.activation_function, gated=False),
     )
 
 

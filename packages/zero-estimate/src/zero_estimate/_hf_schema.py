@@ -30,6 +30,7 @@ class GPTNeoXConfig(HFConfig):
     tie_word_embeddings: bool = False
     attention_dropout: NonNegativeFloat = 0.0
     hidden_dropout: NonNegativeFloat = 0.0
+    hidden_act: str = "gelu"
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -55,6 +56,7 @@ class MistralConfig(HFConfig):
     intermediate_size: PositiveInt = 14336
     tie_word_embeddings: bool = False
     attention_dropout: NonNegativeFloat = 0.0
+    hidden_act: str = "silu"
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -102,6 +104,7 @@ class GPT2Config(HFConfig):
     tie_word_embeddings: bool = True
     attn_pdrop: NonNegativeFloat = 0.1
     resid_pdrop: NonNegativeFloat = 0.1
+    activation_function: str = "gelu_new"
 
     @property
     def attention_dropout_rate(self) -> float:

@@ -106,5 +106,7 @@ def _hf_shape(model: Any) -> TransformerShape | None:
 
     data = to_dict()
     if data.get("model_type") not in ARCHITECTURES:
-        return None
+        from ._live_shape import shape_from_live
+
+        return shape_from_live(model, data)
     return modules_from_config(data)[1]  # with the config's attention dropout rate (_hf_schema.py)

@@ -79,6 +79,12 @@ class TransformerShape:
     # Unknown (None, from counts) counts them, as Korthikanti et al. do.
     attention_dropout: bool | None = None
     hidden_dropout: bool | None = None
+    # The MLP's structure (_activations.py): its width (None: 4h, Korthikanti et al.'s), how many tensors of that
+    # width it saves for backward (None: 2, a GELU's input and output; see mlp_saved_tensors()), and whether
+    # the norms take their input in fp32 (Hugging Face's RMSNorm upcasts, and saves the fp32 copy).
+    intermediate_size: int | None = None
+    mlp_saved_tensors: int | None = None
+    norm_upcast: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The model `zero profile` trains: a Hugging Face config (a preset, or a config.json), random weights.
 
 Nothing is downloaded: the model is built from its config with random initialisation. The presets are
-scaled-down stand-ins for the families users train (Pythia, Llama, GPT-2): hidden 256, 4 layers,
-vocabulary 8192, eager attention.
+scaled-down stand-ins for the families users train (Pythia, Llama, GPT-2, Qwen2, OPT, Phi): hidden 256,
+4 layers, vocabulary 8192, eager attention.
 """
 from __future__ import annotations
 
@@ -21,6 +21,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                    "max_position_embeddings": 2048},
     "gpt2-tiny": {"model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 8, "vocab_size": 8192,
                   "n_positions": 1024},
+    # Grouped-query attention (2 key/value heads for 8 query heads) and tied embeddings.
+    "qwen2-tiny": {"model_type": "qwen2", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+                   "num_key_value_heads": 2, "intermediate_size": 704, "vocab_size": 8192,
+                   "max_position_embeddings": 2048, "tie_word_embeddings": True},
+    # ReLU MLP, learned positions, dropout 0.1 on the hidden states.
+    "opt-tiny": {"model_type": "opt", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+                 "ffn_dim": 1024, "vocab_size": 8192, "word_embed_proj_dim": 256, "max_position_embeddings": 2048},
+    # Parallel attention and MLP with one LayerNorm, gelu_new, partial rotary, a biased LM head.
+    "phi-tiny": {"model_type": "phi", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+                 "intermediate_size": 1024, "vocab_size": 8192, "max_position_embeddings": 2048},
 }
 
 
