@@ -1,9 +1,10 @@
 """`zero profile`: 2 ranks, a small GPT-NeoX with LoRA at stages 2 and 3 (memory_efficient_linear both ways).
 
-The JSON report's schema (docs/profile.md, "JSON"), the measured figures against the ledger's own rules
-(each phase's total is the sum of its categories, init holds no optimizer state, held weights only with
-memory_efficient_linear false), the estimate beside them, the HTML report well-formed, and bad arguments
-rejected in one line.
+The JSON report's schema (docs/profile.md, "JSON", version 2), the measured figures against the ledger's own
+rules (each phase's total is the sum of its categories, init holds no optimizer state, held weights only with
+memory_efficient_linear false), the allocator beside them as the ruler (on CPU zero-pin's count of the CPU
+allocator: untracked = allocator - ledger, the peak taken at the allocator), the estimate beside them, the
+HTML report well-formed with one allocator line per phase, and bad arguments rejected in one line.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 
 def test_the_json_report_follows_its_schema(profiled: tuple[dict[str, Any], str, str]) -> None:
     report, _, _ = profiled
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert report["nproc"] == 2 and report["precision"] == "bf16" and report["seq_len"] == 32
     assert report["model"]["lora_rank"] == 4 and report["model"]["config"] == TINY
     labels = [s["label"] for s in report["settings"]]
@@ -52,13 +53,26 @@ def test_the_json_report_follows_its_schema(profiled: tuple[dict[str, Any], str,
             assert phase["estimated_total"] == sum(phase["estimated"].values())
             explained = sum(g["difference"] for g in setting["gaps"] if phase is setting["phases"][g["phase"]])
             assert phase["unexplained"] == phase["estimated_total"] - phase["measured_total"] - explained
-        peak = setting["peak"]["measured"]
-        assert peak["bytes"] == max(p["measured_total"] for p in setting["phases"].values())
+        peak = setting["peak"]["measured"]  # taken at the allocator, the ruler
+        assert peak["bytes"] == max(p["allocator"]["allocator"] for p in setting["phases"].values())
+        assert setting["phases"][peak["phase"]]["allocator"]["allocator"] == peak["bytes"]
         for gap in setting["gaps"]:
             total = setting["phases"][gap["phase"]]["measured_total"]
             assert abs(gap["difference"]) > 0.05 * total and gap["cause"]
         assert setting["estimate_inputs"]["micro_batch"] == 2
-        assert setting["allocator"] is None, "the CPU accelerator has no caching allocator"
+        assert setting["ruler"] == "CPU allocator count", "rank 0 counted the CPU allocator before building the model"
+        assert setting["allocator"]["ruler"] == "CPU allocator count" and setting["allocator"]["locations"] == ["cpu"]
+        assert setting["allocator"]["max_reserved"] is None, "the CPU accelerator has no caching allocator"
+        for name, phase in setting["phases"].items():
+            counted = phase["allocator"]
+            assert counted == setting["allocator"]["phases"][name]
+            assert counted["untracked"] == counted["allocator"] - counted["ledger"]
+            # The ledger's counted bytes are live allocations: never more than the allocator's peak, and
+            # (every weight counted) all but a few percent of it.
+            assert 0 <= counted["untracked"] <= 0.05 * counted["allocator"], (setting["label"], name, counted)
+            assert phase["estimated_at_allocator"] == phase["estimated_total"], "the device is the one location counted"
+            assert phase["allocator_error"] == pytest.approx(
+                (phase["estimated_at_allocator"] - counted["allocator"]) / counted["allocator"])
 
 
 def test_measured_memory_follows_the_engine(profiled: tuple[dict[str, Any], str, str]) -> None:
@@ -77,7 +91,9 @@ def test_measured_memory_follows_the_engine(profiled: tuple[dict[str, Any], str,
 
 def test_the_text_report_names_each_setting_and_the_held_weights(profiled: tuple[dict[str, Any], str, str]) -> None:
     _, _, text = profiled
-    assert "stage 3, memory_efficient_linear false (device: cpu)" in text
+    assert "stage 3, memory_efficient_linear false (device: cpu; ruler: CPU allocator count)" in text
+    header = next(line for line in text.splitlines() if line.startswith("phase "))
+    assert header.split() == ["phase", "allocator", "ledger", "untracked", "of", "allocator", "estimated", "error"]
     assert "param.gathered.held" in text and "held weights" in text
     assert "summary" in text
 
@@ -106,6 +122,7 @@ def test_the_html_report_is_self_contained_and_well_formed(profiled: tuple[dict[
     parser.feed(page)
     parser.close()
     assert parser.open == [] and parser.svgs == 3
+    assert page.count("<line ") == 3 * 4, "one line at the allocator's peak per phase of each setting"
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http://" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
 

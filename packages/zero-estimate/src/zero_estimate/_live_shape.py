@@ -25,7 +25,8 @@ def shape_from_live(model: Any, config: Mapping[str, Any]) -> TransformerShape |
     """None when the config lacks the layer count, width, heads or vocabulary."""
     layers, hidden, heads = _first(config, _LAYERS), _first(config, _HIDDEN), _first(config, _HEADS)
     vocab = config.get("vocab_size")
-    if not all(isinstance(v, int) and v > 0 for v in (layers, hidden, heads, vocab)):
+    if not (isinstance(layers, int) and isinstance(hidden, int) and isinstance(heads, int) and isinstance(vocab, int)
+            and min(layers, hidden, heads, vocab) > 0):
         return None
     names = [name.rsplit(".", 1)[-1] for name, _ in model.named_modules()]
     gated = any(name in ("gate_proj", "gate_up_proj") for name in names)
@@ -33,7 +34,7 @@ def shape_from_live(model: Any, config: Mapping[str, Any]) -> TransformerShape |
     activation = config.get("hidden_act") or config.get("activation_function")
     width = _first(config, _WIDTH)
     return TransformerShape(
-        int(layers), int(hidden), int(heads), int(vocab),
+        layers, hidden, heads, vocab,
         attention_dropout=_rate(config, _ATTENTION_DROPOUT), hidden_dropout=_rate(config, _HIDDEN_DROPOUT),
         intermediate_size=int(width) if isinstance(width, int) and width > 0 else None,
         mlp_saved_tensors=saved_tensors(activation if isinstance(activation, str) else None, gated),
