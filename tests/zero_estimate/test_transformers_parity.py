@@ -106,14 +106,13 @@ def _built(config: dict, head: bool):
 
 
 def _counts(model) -> tuple[int, int, int, int]:
-    """Total, largest module (DeepSpeed's way), persistent params and linear weights, from the model."""
-    from transformers.pytorch_utils import Conv1D
-
+    """Total, largest module (DeepSpeed's way), persistent params and the linear weights autograd keeps as a
+    view (nn.Linear's; GPT-2's Conv1D multiplies by the parameter itself, which is never held), from the model."""
     params = list(model.parameters())
     linear = sum(
         m.weight.numel()
         for m in model.modules()
-        if isinstance(m, (torch.nn.Linear, Conv1D)) and m.weight.numel() > THRESHOLD
+        if isinstance(m, torch.nn.Linear) and m.weight.numel() > THRESHOLD
     )
     return (
         sum(p.numel() for p in params),

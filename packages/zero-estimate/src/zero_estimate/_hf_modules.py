@@ -23,7 +23,7 @@ def _linear(
 ) -> ModuleParams:
     weight = (n_in, n_out) if conv1d else (n_out, n_in)
     shapes = (weight, (n_out,)) if bias else (weight,)
-    return ModuleParams(path, shapes, count=count, features=(n_in, n_out), block=block)
+    return ModuleParams(path, shapes, count=count, features=(n_in, n_out), block=block, saves_leaf_weight=conv1d)
 
 
 def _block_linear(path: str, n_in: int, n_out: int, *, bias: bool, count: int, conv1d: bool = False) -> ModuleParams:

@@ -82,6 +82,7 @@ def from_module(model: Any, *, name: str | None = None) -> ModelSpec:
                     frozen=tuple(frozen),
                     tied=tuple(tied),
                     features=_features(module, torch),
+                    saves_leaf_weight=type(module).__name__ == "Conv1D",  # addmm with the weight itself
                 )
             )
     if not modules:

@@ -30,6 +30,9 @@ class ModuleParams:
     features: (in, out) when the module is a linear layer: autograd saves its weight for
               backward, and LoRA can adapt it.
     block:    inside the repeated transformer blocks, where LoRA targets are matched.
+    saves_leaf_weight: the layer multiplies by its weight parameter itself (GPT-2's Conv1D, addmm),
+              which autograd saves as the parameter, not as a view of a stage-3 gathered storage:
+              releasing the gathered weight frees it, so it is never held.
     """
 
     path: str
@@ -39,6 +42,7 @@ class ModuleParams:
     tied: tuple[Shape, ...] = ()
     features: tuple[int, int] | None = None
     block: bool = False
+    saves_leaf_weight: bool = False
 
     @property
     def name(self) -> str:
@@ -54,8 +58,8 @@ class ModuleParams:
 
     @property
     def weight_params(self) -> int:
-        """Elements of the weight autograd keeps for a linear layer's backward (0 otherwise)."""
-        if self.features is None:
+        """Elements of the weight autograd keeps as a view for a linear layer's backward (0 otherwise)."""
+        if self.features is None or self.saves_leaf_weight:
             return 0
         return self.features[0] * self.features[1]
 

@@ -34,13 +34,15 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
         model = build_model(request.model_config, _DTYPES[request.precision], request.seed)
         if request.lora_rank is not None:
             apply_lora(model, request.lora_rank)
+        if request.gradient_checkpointing:
+            getattr(model, "gradient_checkpointing_enable")(gradient_checkpointing_kwargs={"use_reentrant": False})
         config = request.config_for(setting)
         estimate = None
         if rank == 0:
             device = accelerator.device(accelerator.current_device()).type
             estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
                                         "seq_len": request.seq_len, "stage": setting.stage,
-                                        "checkpointing": "none", "device": device})
+                                        "checkpointing": "full" if request.gradient_checkpointing else "none", "device": device})
         engine, _, _, _ = initialize(model=model, config=config)
         batches = [torch.randint(0, vocab, shape, generator=generator) for _ in range(request.steps)]
         caching = engine.device.type != "cpu"  # a device allocator that caches: its reserve is not in the ledger

@@ -36,6 +36,9 @@ class ProfileRequest:
     seq_len: int
     steps: int
     lora_rank: int | None = None
+    # Hugging Face's gradient checkpointing of every layer (model.gradient_checkpointing_enable()); the
+    # estimate is then asked for full checkpointing.
+    gradient_checkpointing: bool = False
     seed: int = 0
     timeout: float = 900.0
     notes: tuple[str, ...] = field(default=())
