@@ -34,22 +34,31 @@ def settings() -> tuple[Any, ...]:
     return (*(Setting(stage) for stage in (0, 1, 2, 3)), Setting(3, memory_efficient_linear=False))
 
 
-def profile(model: str, lora: int | None) -> dict[str, Any]:
-    from zero_core.profile import ProfileRequest, run_profile
+# Stage 3 with more levers: the optimizer offloaded to the CPU, and Hugging Face's gradient checkpointing.
+VARIANTS = ("offload_optimizer cpu", "checkpointing")
+
+
+def profile(model: str, lora: int | None, variant: str | None = None) -> dict[str, Any]:
+    from zero_core.profile import ProfileRequest, Setting, run_profile
     from zero_core.profile._models import model_config
 
     ds_config = json.loads((ROOT / "examples" / "profile_ds_config.json").read_text(encoding="utf-8"))
+    if variant == "offload_optimizer cpu":
+        ds_config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     request = ProfileRequest(
-        model_name=model, model_config=model_config(model), ds_config=ds_config, settings=settings(),
-        nproc=2, micro_batch=2, seq_len=128, steps=2, lora_rank=lora, timeout=900)
+        model_name=model, model_config=model_config(model), ds_config=ds_config,
+        settings=settings() if variant is None else (Setting(3),), nproc=2, micro_batch=2, seq_len=128, steps=2,
+        lora_rank=lora, gradient_checkpointing=variant == "checkpointing", timeout=900)
     return run_profile(request)
 
 
-def rows(model: str, lora: int | None, report: dict[str, Any]) -> tuple[list[str], list[str]]:
+def rows(model: str, lora: int | None, report: dict[str, Any], variant: str | None = None) -> tuple[list[str], list[str]]:
     """The table's rows for one profile, and one summary line per setting."""
     table, summary = [], []
     for setting in report["settings"]:
-        name = f"{model:<12} {'r8' if lora else 'full':<5} {_stage(setting['setting']):<8}"
+        stage = _stage(setting["setting"]) + (" offload" if variant == "offload_optimizer cpu" else
+                                               " ckpt" if variant == "checkpointing" else "")
+        name = f"{model:<12} {'r8' if lora else 'full':<5} {stage:<14}"
         worst = 0.0
         untracked = 0.0
         for phase in PHASES:
@@ -81,12 +90,13 @@ def main() -> None:
     table, summary, reports = [], [], {}
     for model in args.models.split(","):
         for lora in LORA:
-            report = profile(model, lora)
-            reports[f"{model}/{'r8' if lora else 'full'}"] = report
-            more_rows, more_summary = rows(model, lora, report)
-            table += more_rows
-            summary += more_summary
-    header = (f"{'model':<12} {'lora':<5} {'stage':<8} {'phase':<9} {'alloc MiB':>9} {'ledgr MiB':>9} "
+            for variant in (None, *VARIANTS):
+                report = profile(model, lora, variant)
+                reports[f"{model}/{'r8' if lora else 'full'}/{variant or 'stages'}"] = report
+                more_rows, more_summary = rows(model, lora, report, variant)
+                table += more_rows
+                summary += more_summary
+    header = (f"{'model':<12} {'lora':<5} {'stage':<14} {'phase':<9} {'alloc MiB':>9} {'ledgr MiB':>9} "
               f"{'untracked':>10} {'est MiB':>9} {'error':>8}")
     print(header, *table, "", "per setting:", *summary, sep="\n")
     worst = max(float(line.split("worst")[1].split("%")[0]) for line in summary)
