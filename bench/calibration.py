@@ -1,17 +1,19 @@
-"""zero-estimate calibrated against the engine: `zero profile`'s measured phases beside the estimate.
+"""zero-estimate calibrated against the allocator: `zero profile`'s measured phases beside the estimate.
 
-    .venv/bin/python bench/calibration.py [--models pythia-tiny,llama-tiny,gpt2-tiny] [--json FILE]
+    .venv/bin/python bench/calibration.py [--models pythia-tiny,llama-tiny,...] [--json FILE]
 
-The grid of docs/memory-model.md, "Calibration against the engine": the `zero profile` presets pythia-tiny,
-llama-tiny and gpt2-tiny (hidden 256, 4 layers, vocab 8192, eager attention), full fine-tuning and LoRA
-rank 8, stages 0-3 and stage 3 with memory_efficient_linear false; examples/profile_ds_config.json (bf16,
-AdamW), 2 ranks (gloo on the CPU accelerator), micro-batch 2, seq 128, 2 steps. Each (model, LoRA) pair is
-one `zero_core.profile.run_profile` call, so its settings run in the same spawned ranks.
+The grid of docs/memory-model.md, "Calibration against the allocator": the `zero profile` presets of six
+decoder families, pythia-tiny, llama-tiny, gpt2-tiny, qwen2-tiny (GQA, tied embeddings), opt-tiny and
+phi-tiny (hidden 256, 4 layers, vocab 8192, eager attention), full fine-tuning and LoRA rank 8, stages 0-3
+and stage 3 with memory_efficient_linear false, plus stage 3 with offload_optimizer cpu and stage 3 with
+Hugging Face's gradient checkpointing; examples/profile_ds_config.json (bf16, AdamW), 2 ranks (gloo on the
+CPU accelerator), micro-batch 2, seq 128, 2 steps.
 
-Prints one row per setting and phase: rank 0's measured device total (the ledger's phase peak), the
-estimate, and the error (estimated - measured) / measured; then, per setting, the worst phase error and
-whether the estimate peaks in the measured peak phase. tests/integration/test_estimate_calibration.py
-asserts the same figures for two of the models.
+Prints one row per setting and phase: rank 0's allocator peak (the ruler: zero-pin's count of the CPU
+allocator), the ledger's counted peak, the untracked share, the estimate over the same locations, and the
+error (estimated - allocator) / allocator; then, per setting, the worst phase error, the worst untracked
+share and whether the estimate peaks in the measured peak phase. tests/integration/test_estimate_calibration.py
+asserts a smaller grid.
 """
 from __future__ import annotations
 

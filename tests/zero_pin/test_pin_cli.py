@@ -6,6 +6,7 @@ import json
 import pytest
 
 from cli_helpers import run_main
+from zero_pin._native_build import COUNTING_ALLOCATOR_OP
 
 zero_cli = pytest.importorskip("zero_cli")
 
@@ -18,17 +19,23 @@ def test_build_reports_the_cached_library(capsys, native):
     code, out, _ = run(capsys, "build", "--json")
     data = json.loads(out)
     assert code == 0 and data["state"] == "built" and data["detail"].endswith(".so")
+    counter = data["counting_allocator_op"]  # `zero pin build` builds the CPU allocator count too
+    assert counter["state"] == "built" and "zero_pin_counting_allocator_" in counter["detail"]
+    assert counter["detail"].endswith(".so")
 
 
 def test_check_reports_backends_memlock_limit_and_the_op(capsys, native):
+    counter = COUNTING_ALLOCATOR_OP.load()  # built (loading does not start the count)
     code, out, _ = run(capsys, "check")
     assert code == 0
     assert "native" in out and "torch *" in out and "zero-pin" in out
     assert "memlock limit (ulimit -l): soft " in out and "native op: built (" in out
+    assert f"CPU allocator count op: built ({counter.__file__})" in out
 
     code, out, _ = run(capsys, "check", "--json")
     data = json.loads(out)
     assert data["selected"] == "torch" and data["native_op"]["state"] == "built"
+    assert data["counting_allocator_op"]["state"] == "built"
     assert set(data["memlock_limit"]) == {"soft", "hard"}
     assert {row["name"] for row in data["backends"]} >= {"torch", "native"}
 
