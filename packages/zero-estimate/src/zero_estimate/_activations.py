@@ -69,12 +69,16 @@ def _linear_terms(shape: TransformerShape, training: Training, tokens: Q, h: Q) 
     masks of the attention and MLP outputs when the model drops its hidden states out."""
     bp = training.param_bytes
     masks = 0 if shape.hidden_dropout is False else 2
-    if shape.intermediate_size is None and shape.mlp_saved_tensors is None and not shape.norm_upcast:
+    default = shape.intermediate_size is None and shape.mlp_saved_tensors is None and shape.norms_per_layer == 2
+    if default and not shape.norm_upcast:
         return Q.const(16 * bp + masks) * tokens * h  # no structure known (counts): the paper's 4h GELU MLP
     norm = 4 + bp if shape.norm_upcast else bp
     width = Q.var("i", shape.intermediate_size or 4 * shape.hidden_size)
     saved = 2 if shape.mlp_saved_tensors is None else shape.mlp_saved_tensors
-    return (Q.const(6 * bp + 2 * norm + masks) * h + Q.const(saved * bp) * width) * tokens
+    # the attention block (5 b_p h), the MLP's input unless it reads the attention's (one norm), the norms
+    mlp_input = bp if shape.norms_per_layer > 1 else 0
+    per_h = 5 * bp + mlp_input + shape.norms_per_layer * norm + masks
+    return (Q.const(per_h) * h + Q.const(saved * bp) * width) * tokens
 
 
 def _scores(shape: TransformerShape, training: Training) -> Q:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 from zero_plugins import validation_problem
 
-from . import _checks, _hf_modules, _hf_schema
+from . import _checks, _hf_modules, _hf_modules_more, _hf_schema, _hf_schema_more
 
 from ._errors import EstimateError
 from ._spec import ModelSpec, ModuleParams, TransformerShape
@@ -22,6 +22,9 @@ ARCHITECTURES: dict[str, tuple[type[_hf_schema.HFConfig], Builder]] = {
     "gpt_neox": (_hf_schema.GPTNeoXConfig, _hf_modules.gpt_neox),
     "llama": (_hf_schema.LlamaConfig, _hf_modules.llama),
     "mistral": (_hf_schema.MistralConfig, _hf_modules.llama),
+    "opt": (_hf_schema_more.OPTConfig, _hf_modules_more.opt),
+    "phi": (_hf_schema_more.PhiConfig, _hf_modules_more.phi),
+    "qwen2": (_hf_schema_more.Qwen2Config, _hf_modules_more.qwen2),
     "t5": (_hf_schema.T5Config, _hf_modules.t5),
 }
 

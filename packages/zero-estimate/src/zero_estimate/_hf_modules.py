@@ -11,6 +11,8 @@ cut in that order, can be laid out exactly (zero_estimate._partitions).
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 from ._mlp_structure import saved_tensors
 from ._hf_schema import BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, T5Config
 from ._spec import ModuleParams, TransformerShape
@@ -39,7 +41,15 @@ def _embedding(path: str, rows: int, size: int) -> ModuleParams:
     return ModuleParams(path, ((rows, size),))
 
 
-def _dropout(c: GPTNeoXConfig | MistralConfig | GPT2Config | T5Config | BertConfig) -> dict[str, bool]:
+class _DropoutRates(Protocol):
+    @property
+    def attention_dropout_rate(self) -> float: ...
+
+    @property
+    def hidden_dropout_rate(self) -> float: ...
+
+
+def _dropout_of(c: _DropoutRates) -> dict[str, bool]:
     """Which dropouts the model applies in training: a rate of 0 makes torch's dropout return its input."""
     return {"attention_dropout": c.attention_dropout_rate > 0, "hidden_dropout": c.hidden_dropout_rate > 0}
 
@@ -67,7 +77,7 @@ def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c), intermediate_size=i,
+        n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
         mlp_saved_tensors=saved_tensors(c.hidden_act, gated=False),
     )
 
@@ -94,7 +104,7 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n, h, c.num_attention_heads, c.vocab_size, **_dropout(c), intermediate_size=i,
+        n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
         mlp_saved_tensors=saved_tensors(c.hidden_act, gated=True), norm_upcast=True,
     )
 
@@ -125,7 +135,7 @@ def gpt2(c: GPT2Config, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n, h, c.n_head, c.vocab_size, max_positions=c.n_positions, **_dropout(c), intermediate_size=inner,
+        n, h, c.n_head, c.vocab_size, max_positions=c.n_positions, **_dropout_of(c), intermediate_size=inner,
         mlp_saved_tensors=saved_tensors(c.activation_function, gated=False),
     )
 
@@ -166,7 +176,7 @@ def t5(c: T5Config, head: bool) -> tuple[Modules, TransformerShape]:
     if head:
         modules.append(_lm_head("lm_head", d, c.vocab_size, tied=c.tie_word_embeddings))
     return modules, TransformerShape(
-        n_enc + n_dec, d, c.num_heads, c.vocab_size, **_dropout(c)
+        n_enc + n_dec, d, c.num_heads, c.vocab_size, **_dropout_of(c)
     )
 
 
@@ -198,7 +208,7 @@ def _bert_attention(prefix: str, h: int, n: int) -> Modules:
 
 def _bert_shape(c: BertConfig) -> TransformerShape:
     return TransformerShape(c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.vocab_size,
-                            max_positions=c.max_position_embeddings, **_dropout(c))
+                            max_positions=c.max_position_embeddings, **_dropout_of(c))
 
 
 def bert(c: BertConfig, head: bool) -> tuple[Modules, TransformerShape]:

@@ -31,6 +31,7 @@ def shape_from_live(model: Any, config: Mapping[str, Any]) -> TransformerShape |
     names = [name.rsplit(".", 1)[-1] for name, _ in model.named_modules()]
     gated = any(name in ("gate_proj", "gate_up_proj") for name in names)
     upcast = any("RMSNorm" in type(module).__name__ for module in model.modules())
+    norms = _norms_in_first_layer(model)
     activation = config.get("hidden_act") or config.get("activation_function")
     width = _first(config, _WIDTH)
     return TransformerShape(
@@ -38,8 +39,18 @@ def shape_from_live(model: Any, config: Mapping[str, Any]) -> TransformerShape |
         attention_dropout=_rate(config, _ATTENTION_DROPOUT), hidden_dropout=_rate(config, _HIDDEN_DROPOUT),
         intermediate_size=int(width) if isinstance(width, int) and width > 0 else None,
         mlp_saved_tensors=saved_tensors(activation if isinstance(activation, str) else None, gated),
-        norm_upcast=upcast,
+        norm_upcast=upcast, norms_per_layer=norms if norms in (1, 2) else 2,
     )
+
+
+def _norms_in_first_layer(model: Any) -> int:
+    """Norm modules of hidden width directly in the first block (q/k norms of head width are not counted)."""
+    count = 0
+    for name, module in model.named_modules():
+        parts = name.split(".")
+        if "0" in parts and parts.index("0") == len(parts) - 2 and "Norm" in type(module).__name__:
+            count += 1
+    return count
 
 
 def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:

@@ -89,6 +89,9 @@ class TransformerShape:
     intermediate_size: int | None = None
     mlp_saved_tensors: int | None = None
     norm_upcast: bool = False
+    # Norms per layer: 2, or 1 where attention and the MLP read one norm's output side by side (Phi), whose
+    # saved input the MLP then shares.
+    norms_per_layer: int = 2
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,93 @@
+"""Every parameter of Qwen2, OPT and Phi, module by module, in `model.parameters()` order (see _hf_modules)."""
+from __future__ import annotations
+
+from ._hf_modules import Modules, _block_linear, _dropout_of, _embedding, _lm_head, _norm
+from ._hf_schema_more import OPTConfig, PhiConfig, Qwen2Config
+from ._mlp_structure import saved_tensors
+from ._spec import ModuleParams, TransformerShape
+
+
+def qwen2(c: Qwen2Config, head: bool) -> tuple[Modules, TransformerShape]:
+    """Llama's layer (grouped-query attention, SwiGLU, RMSNorm) with biased q/k/v projections."""
+    h, i, n, d = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.head_size
+    q, kv = c.num_attention_heads * d, c.kv_heads * d
+    modules = [
+        _embedding("embed_tokens", c.vocab_size, h),
+        _block_linear("layers.self_attn.q_proj", h, q, bias=True, count=n),
+        _block_linear("layers.self_attn.k_proj", h, kv, bias=True, count=n),
+        _block_linear("layers.self_attn.v_proj", h, kv, bias=True, count=n),
+        _block_linear("layers.self_attn.o_proj", q, h, bias=False, count=n),
+        _block_linear("layers.mlp.gate_proj", h, i, bias=False, count=n),
+        _block_linear("layers.mlp.up_proj", h, i, bias=False, count=n),
+        _block_linear("layers.mlp.down_proj", i, h, bias=False, count=n),
+        _norm("layers.input_layernorm", h, bias=False, count=n),
+        _norm("layers.post_attention_layernorm", h, bias=False, count=n),
+        _norm("norm", h, bias=False),
+    ]
+    if head:
+        modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
+    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
+                                     mlp_saved_tensors=saved_tensors(c.hidden_act, gated=True), norm_upcast=True)
+
+
+def opt(c: OPTConfig, head: bool) -> tuple[Modules, TransformerShape]:
+    """OPT's decoder: learned positions (offset by 2), optional projections around a narrower embedding."""
+    h, e, n, f = c.hidden_size, c.embed_dim, c.num_hidden_layers, c.ffn_dim
+    affine = c.layer_norm_elementwise_affine
+
+    def norm(path: str, count: int = 1) -> list[ModuleParams]:
+        return [_norm(path, h, count=count)] if affine else []
+
+    modules = [_embedding("decoder.embed_tokens", c.vocab_size, e),
+               _embedding("decoder.embed_positions", c.max_position_embeddings + 2, h)]
+    if e != h:
+        modules += [_block_free_linear("decoder.project_out", h, e), _block_free_linear("decoder.project_in", e, h)]
+    if c.do_layer_norm_before and not c.remove_final_layer_norm:
+        modules += norm("decoder.final_layer_norm")
+    bias = c.enable_bias
+    modules += [
+        _block_linear("decoder.layers.self_attn.k_proj", h, h, bias=bias, count=n),
+        _block_linear("decoder.layers.self_attn.v_proj", h, h, bias=bias, count=n),
+        _block_linear("decoder.layers.self_attn.q_proj", h, h, bias=bias, count=n),
+        _block_linear("decoder.layers.self_attn.out_proj", h, h, bias=bias, count=n),
+        *norm("decoder.layers.self_attn_layer_norm", n),
+        _block_linear("decoder.layers.fc1", h, f, bias=bias, count=n),
+        _block_linear("decoder.layers.fc2", f, h, bias=bias, count=n),
+        *norm("decoder.layers.final_layer_norm", n),
+    ]
+    if head:
+        modules.append(_lm_head("lm_head", e, c.vocab_size, tied=c.tie_word_embeddings))
+    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=f,
+                                     mlp_saved_tensors=saved_tensors(c.activation_function, gated=False))
+
+
+def phi(c: PhiConfig, head: bool) -> tuple[Modules, TransformerShape]:
+    """Attention and MLP side by side behind one LayerNorm, which both read (its output is saved once)."""
+    h, i, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+    d = h // c.num_attention_heads
+    kv = c.kv_heads * d
+    modules = [
+        _embedding("embed_tokens", c.vocab_size, h),
+        _block_linear("layers.self_attn.q_proj", h, h, bias=True, count=n),
+        _block_linear("layers.self_attn.k_proj", h, kv, bias=True, count=n),
+        _block_linear("layers.self_attn.v_proj", h, kv, bias=True, count=n),
+        _block_linear("layers.self_attn.dense", h, h, bias=True, count=n),
+    ]
+    if c.qk_layernorm:
+        modules += [_norm("layers.self_attn.q_layernorm", d, count=n), _norm("layers.self_attn.k_layernorm", d, count=n)]
+    modules += [
+        _block_linear("layers.mlp.fc1", h, i, bias=True, count=n),
+        _block_linear("layers.mlp.fc2", i, h, bias=True, count=n),
+        _norm("layers.input_layernorm", h, count=n),
+        _norm("final_layernorm", h),
+    ]
+    if head:
+        shapes = ((c.vocab_size, h), (c.vocab_size,))
+        modules.append(ModuleParams("lm_head", tied=shapes, features=(h, c.vocab_size)) if c.tie_word_embeddings
+                       else ModuleParams("lm_head", shapes, features=(h, c.vocab_size)))
+    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
+                                     mlp_saved_tensors=saved_tensors(c.hidden_act, gated=False), norms_per_layer=1)
+
+
+def _block_free_linear(path: str, n_in: int, n_out: int) -> ModuleParams:
+    return ModuleParams(path, ((n_out, n_in),), features=(n_in, n_out))

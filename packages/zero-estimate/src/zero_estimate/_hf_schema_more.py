@@ -1,0 +1,83 @@
+"""The config.json fields of Qwen2, OPT and Phi (transformers' defaults), as _hf_schema.py has them for the others."""
+from __future__ import annotations
+
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+
+from ._hf_schema import HFConfig, MistralConfig, _divisible
+
+
+class Qwen2Config(MistralConfig):
+    """Llama's layer with biased q/k/v projections."""
+
+    vocab_size: PositiveInt = 151936
+    intermediate_size: PositiveInt = 22016
+    num_key_value_heads: PositiveInt | None = 32
+
+
+class OPTConfig(HFConfig):
+    vocab_size: PositiveInt = 50272
+    hidden_size: PositiveInt = 768
+    num_hidden_layers: PositiveInt = 12
+    num_attention_heads: PositiveInt = 12
+    ffn_dim: PositiveInt = 3072
+    max_position_embeddings: PositiveInt = 2048
+    word_embed_proj_dim: PositiveInt | None = None
+    do_layer_norm_before: bool = True
+    remove_final_layer_norm: bool = Field(False, alias="_remove_final_layer_norm")
+    enable_bias: bool = True
+    layer_norm_elementwise_affine: bool = True
+    activation_function: str = "relu"
+    tie_word_embeddings: bool = True
+    dropout: NonNegativeFloat = 0.1
+    attention_dropout: NonNegativeFloat = 0.0
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attention_dropout
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return self.dropout
+
+    @property
+    def embed_dim(self) -> int:
+        return self.word_embed_proj_dim or self.hidden_size
+
+    @model_validator(mode="after")
+    def _heads(self) -> OPTConfig:
+        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        return self
+
+
+class PhiConfig(HFConfig):
+    """Parallel attention and MLP behind one LayerNorm; a biased LM head."""
+
+    vocab_size: PositiveInt = 51200
+    hidden_size: PositiveInt = 2048
+    intermediate_size: PositiveInt = 8192
+    num_hidden_layers: PositiveInt = 24
+    num_attention_heads: PositiveInt = 32
+    num_key_value_heads: PositiveInt | None = None
+    hidden_act: str = "gelu_new"
+    qk_layernorm: bool = False
+    tie_word_embeddings: bool = False
+    resid_pdrop: NonNegativeFloat = 0.0
+    attention_dropout: NonNegativeFloat = 0.0
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attention_dropout
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return self.resid_pdrop
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @model_validator(mode="after")
+    def _heads(self) -> PhiConfig:
+        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        _divisible(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
+        return self
