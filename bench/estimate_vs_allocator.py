@@ -66,9 +66,10 @@ def estimated(config_path: Path, lora: int | None) -> dict[int, dict[str, Any]]:
 
 
 def phase_total(estimate: dict[str, Any], phase: str, locations: list[str], device: str) -> int:
+    """The estimate over the locations the allocator counts, as `zero profile` sums it (not the model's build)."""
     wanted = {"gpu" if where == device else where for where in locations} or {"gpu"}
     return sum(int(line["bytes"]) for line in estimate["lines"]
-               if line["location"] in wanted and phase in line["phases"])
+               if line["location"] in wanted and phase in line["phases"] and line["instant"] != "build")
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ BACKWARD_STEP = ("backward", "step")
 STEP = ("step",)
 FORWARD = ("forward",)
 AFTER_INIT = ("forward", "backward", "step")  # made by the first step (the optimizer's state)
+BUILD = "build"  # the instant of lines that exist only while the model is built (Line.instant)
 
 # The engine ledger's categories, the same names in the same order (zero_core.memory.CATEGORIES;
 # tests/integration/test_category_names.py keeps them in step), so estimate and ledger compare line by
@@ -58,7 +59,9 @@ class Line:
     phases: tuple[str, ...]
     # Which instant of its phase holds it, where a phase's peak falls at one of two instants (_instants.py):
     # "loss" (the loss and its gradient, all activations held) or "late" (gradients, buckets and gathered
-    # params, made while the layers run). "" when the line is held throughout its phases.
+    # params, made while the layers run); "build" for what exists only while the model is built, before
+    # initialize returns (zero profile's init, measured after initialize, leaves it out). "" when the line
+    # is held throughout its phases.
     instant: str = ""
 
     @property
@@ -85,6 +88,7 @@ class Line:
             "numbers": self.numbers,
             "bytes": self.bytes,
             "phases": list(self.phases),
+            "instant": self.instant,
         }
 
 

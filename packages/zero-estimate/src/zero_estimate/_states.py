@@ -14,7 +14,7 @@ from __future__ import annotations
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
 from ._held import held_linear_weights
-from ._lines import AFTER_INIT, ALWAYS, BACKWARD, BACKWARD_STEP, FORWARD, FORWARD_BACKWARD, INIT, STEP, Lines
+from ._lines import AFTER_INIT, ALWAYS, BACKWARD, BUILD, BACKWARD_STEP, FORWARD, FORWARD_BACKWARD, INIT, STEP, Lines
 from ._optimizer_step import step_temporaries
 from ._partitions import (
     SWAP_BLOCK,
@@ -182,8 +182,9 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
         what = "fp32 grads the CPU step reads, one buffer per shard, filled at the step"
         lines.add("optim.grad", grads_where, what, grads, ALWAYS)
     else:
+        # made by the first backward, where the first reduced gradients land (zero profile: none at init)
         what = "fp32 grad partition, one buffer per shard, reduced grads added to it during backward"
-        lines.add("grad.partition", grads_where, what, grads, ALWAYS)
+        lines.add("grad.partition", grads_where, what, grads, AFTER_INIT)
 
 
 def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
@@ -309,6 +310,6 @@ def _model_load(c: _Context, lines: Lines) -> None:
             c.notes.append("host memory for zero.Init model load unknown without --largest-layer")
             return
         what = "fp32 layer each GPU's process builds at a time under zero.Init"
-        lines.add("other", "host", what, 4 * Q.var("L", c.spec.largest_layer_params), INIT)
+        lines.add("other", "host", what, 4 * Q.var("L", c.spec.largest_layer_params), INIT, instant=BUILD)
         return
-    lines.add("other", "host", "fp32 model each GPU's process builds before moving it", 4 * c.P, INIT)
+    lines.add("other", "host", "fp32 model each GPU's process builds before moving it", 4 * c.P, INIT, instant=BUILD)

@@ -21,7 +21,7 @@ def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict
     categories on the device; `allocator` is rank 0's (see _ranks.py: ruler, locations, phases)."""
     measured = per_rank[0]
     counted = allocator["phases"] if allocator["ruler"] else {}
-    covered = [_estimate_location(where, device) for where in allocator["locations"]] or ["gpu"]
+    covered = _covered(allocator["locations"], device, {where for phase in measured.values() for where in phase})
     phases: dict[str, Any] = {}
     gaps: list[dict[str, Any]] = []
     for phase in PHASES:
@@ -67,9 +67,15 @@ def _ruler_bytes(phase: dict[str, Any], ruled: str) -> int:
     return int(phase["measured_total"])
 
 
-def _estimate_location(where: str, device: str) -> str:
-    """The estimate's name for a ledger location: the device is "gpu" there, host lines keep their names."""
-    return "gpu" if where == device else where
+def _covered(locations: list[str], device: str, ledger_locations: set[str]) -> list[str]:
+    """The estimate's names for the ledger locations the allocator counts: the device is "gpu" there, host lines
+    keep their names. Where the engine pinned nothing (the torch pin backend cannot pin without an accelerator,
+    so the copies the estimate puts in pinned memory are plain host memory, and the allocator's), the estimate's
+    host.pinned lines are counted with host."""
+    covered = ["gpu" if where == device else where for where in locations] or ["gpu"]
+    if "host" in covered and "host.pinned" not in ledger_locations:
+        covered.append("host.pinned")
+    return covered
 
 
 def _gaps(phase: str, held: dict[str, int], expected: dict[str, int], total: int) -> list[dict[str, Any]]:

@@ -25,10 +25,15 @@ def estimate_memory(request: dict[str, Any]) -> dict[str, Any]:
                       "install zero-estimate (pip install zero-estimate, or -e packages/zero-estimate)")
 
 
+# Lines of the model's construction (the fp32 model or layer built before initialize returns): the profile
+# measures init after initialize, so it never sees them.
+_BUILD = "build"
+
+
 def estimated_categories(estimate: dict[str, Any], phase: str, location: str = "gpu") -> dict[str, int]:
-    """Bytes per category at `location` in `phase`, per rank, from the estimate's lines."""
+    """Bytes per category at `location` in `phase`, per rank, from the estimate's lines (not the model's build)."""
     totals: dict[str, int] = {}
     for line in estimate["lines"]:
-        if line["location"] == location and phase in line["phases"]:
+        if line["location"] == location and phase in line["phases"] and line.get("instant") != _BUILD:
             totals[line["category"]] = totals.get(line["category"], 0) + int(line["bytes"])
     return totals
