@@ -19,7 +19,7 @@ BUILD = "build"  # the instant of lines that exist only while the model is built
 # The engine ledger's categories, the same names in the same order (zero_core.memory.CATEGORIES;
 # tests/integration/test_category_names.py keeps them in step), so estimate and ledger compare line by
 # line. At stages 0-2 whole 16-bit params are `param.persistent`, as in the ledger. The engine all-gathers
-# in place, so there is no communication buffer to name.
+# in place; only gloo stages a copy of a collective's buffer (`comm.staging`, on the CPU accelerator).
 CATEGORIES = (
     "param.partition",
     "param.gathered",
@@ -33,6 +33,7 @@ CATEGORIES = (
     "optim.grad",
     "optim.state",
     "swap.buffer",
+    "comm.staging",
     "activations",
     "other",
 )

@@ -12,7 +12,7 @@ from typing import Literal, overload
 import torch
 import torch.distributed as dist
 
-from ..memory import MemoryLedger
+from ..memory import MemoryLedger, Placement
 from ._failure import guarded
 from ._progress import RankProgress
 
@@ -24,14 +24,33 @@ _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.re
 
 class Work:
     """An asynchronous collective's handle: `wait()` raises CollectiveFailed (naming the collective, where in
-    training it was launched and the peers it waited on) instead of the backend's bare error."""
+    training it was launched and the peers it waited on) instead of the backend's bare error. A backend's
+    staging copy (`staging`, counted in the ledger) is released once the collective has completed."""
 
-    def __init__(self, work: dist.Work, op: str, progress: RankProgress) -> None:
-        self._work, self._op, self._progress = work, op, progress
+    def __init__(self, work: dist.Work, op: str, progress: RankProgress, staging: _Staging | None = None) -> None:
+        self._work, self._op, self._progress, self._staging = work, op, progress, staging
 
     def wait(self) -> None:
         with guarded(self._op, self._progress):
             self._work.wait()
+        if self._staging is not None:
+            self._staging.release()
+
+
+class _Staging:
+    """gloo's copy of a collective's whole buffer, counted as `comm.staging` while the collective runs.
+
+    gloo's all-gather receives into a flat copy of its output and its reduce-scatter reduces a copy of its
+    input (measured with the CPU allocator's count: 1x the output, 1x the input, whatever the world size);
+    all-reduce and broadcast work in place. NCCL stages nothing, so nothing is counted there.
+    """
+
+    def __init__(self, ledger: MemoryLedger, nbytes: int, device: str) -> None:
+        self._ledger = ledger
+        ledger.register_extent(self, "comm.staging", Placement.DEVICE, nbytes, device=device, allocated=True)
+
+    def release(self) -> None:
+        self._ledger.release_extent(self)
 
 
 class Collectives:
@@ -47,6 +66,7 @@ class Collectives:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.progress = RankProgress(self.rank, self.world_size)
+        self._gloo = dist.get_backend(group) == "gloo"  # stages all-gathers and reduce-scatters (_Staging)
 
     # torch's collectives are unannotated: they return a Work handle with async_op=True, else None.
     @overload
@@ -81,9 +101,10 @@ class Collectives:
         """
         size = _nbytes(input)
         self._count("reduce_scatter", size, (self.world_size - 1) * size // self.world_size)
+        staging = self._staging(input)
         with guarded("reduce_scatter", self.progress):
             work = _reduce_scatter_single(output, input, group=self.group, async_op=async_op)
-        return self._handle(work, "reduce_scatter")
+        return self._handle(work, "reduce_scatter", staging)
 
     @overload
     def all_gather(self, output: torch.Tensor, input: torch.Tensor, *, async_op: Literal[True]) -> Work: ...
@@ -96,9 +117,10 @@ class Collectives:
         """Concatenate every rank's `input` into `output`; `input` may be this rank's chunk of `output`."""
         size = _nbytes(output)
         self._count("all_gather", size, (self.world_size - 1) * size // self.world_size)
+        staging = self._staging(output)
         with guarded("all_gather", self.progress):
             work = _all_gather_single(output, input, group=self.group, async_op=async_op)
-        return self._handle(work, "all_gather")
+        return self._handle(work, "all_gather", staging)
 
     def broadcast(self, tensor: torch.Tensor, src_rank: int = 0) -> None:
         """Copy group rank `src_rank`'s tensor to every rank."""
@@ -108,8 +130,15 @@ class Collectives:
         with guarded("broadcast", self.progress):
             dist.broadcast(tensor, src=src, group=self.group)
 
-    def _handle(self, work: dist.Work | None, op: str) -> Work | None:
-        return None if work is None else Work(work, op, self.progress)
+    def _handle(self, work: dist.Work | None, op: str, staging: _Staging | None = None) -> Work | None:
+        if work is None:  # completed: its staging is gone
+            if staging is not None:
+                staging.release()
+            return None
+        return Work(work, op, self.progress, staging)
+
+    def _staging(self, buffer: torch.Tensor) -> _Staging | None:
+        return _Staging(self.ledger, _nbytes(buffer), buffer.device.type) if self._gloo else None
 
     def _count(self, op: str, payload: int, sent: int) -> None:
         self.ledger.count_comm(op, payload, sent)
