@@ -27,6 +27,7 @@ class StubRuler:
     """An allocator whose figures the test sets: counts every storage but those in `uncounted` (addresses)."""
 
     name = "stub allocator"
+    device = "cpu"
 
     def __init__(self) -> None:
         self.current = 0
@@ -96,7 +97,7 @@ def test_phase_peaks_are_measured_only_while_tracking() -> None:
         assert ledger.current("activations") == 2000
         del activation
         ruler.current -= 2300
-    assert ruler.resets == 1
+    assert ruler.resets == 2, "once as the phase began, once around the op the tracker saw (OpTransients)"
     with ledger.phase("forward"):  # a lower second run leaves the highest
         ruler.allocate(100)
     with ledger.phase("step"):
@@ -104,13 +105,13 @@ def test_phase_peaks_are_measured_only_while_tracking() -> None:
     phases = ledger.allocator_figures()["phases"]
     assert phases == {"forward": {"allocator": 3500, "ledger": 3000, "untracked": 500},
                       "step": {"allocator": 1350, "ledger": 1000, "untracked": 350}}
-    assert ruler.resets == 3
+    assert ruler.resets == 4
 
     ledger.reset_phase_peaks()
     ledger.set_tracking(False)
     with ledger.phase("backward"):
         ruler.allocate(10)
-    assert ledger.allocator_figures()["phases"] == {} and ruler.resets == 3
+    assert ledger.allocator_figures()["phases"] == {} and ruler.resets == 4
     held = resident.untyped_storage().nbytes()
     assert ledger.allocator_now() == {"allocator": 1360, "ledger": held, "untracked": 360} and held == 1000
 

@@ -108,6 +108,8 @@ def _profile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-efficient-linear", choices=("true", "false", "both"),
                         help="stage 3: the flag's value, or both runs (default: the config's)")
     parser.add_argument("--lora-rank", type=int, metavar="R", help="freeze the model, train LoRA adapters of rank R")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="checkpoint every layer (Hugging Face's gradient_checkpointing_enable, non-reentrant)")
     parser.add_argument("--micro-batch", type=int, metavar="B", help="default: the config's micro-batch, or 1")
     parser.add_argument("--seq-len", type=int, default=128, metavar="S", help="tokens per sample (default 128)")
     parser.add_argument("--steps", type=int, default=3, metavar="K", help="training steps per stage (default 3)")

@@ -39,6 +39,6 @@ def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
     )
     zero = with_stage(zero, request["stage"])
     # torch steps tensor by tensor on a CPU device and with foreach kernels on a GPU (its defaults).
-    if request.get("device") == "cpu":
-        training = replace(training, optimizer_impl="single-tensor")
+    if request.get("device") == "cpu":  # gloo: its collectives copy their buffers
+        training = replace(training, optimizer_impl="single-tensor", staged_collectives=True)
     return estimate(from_module(request["module"]), Cluster(gpus_per_node=world_size), training, zero).as_dict()

@@ -56,6 +56,9 @@ class Training:
     offload_activations: what every layer saves for backward is kept in pinned host memory
     (`zero_core.checkpointing.offload_saved_activations` of the layers); not with full checkpointing.
     optimizer_impl: how torch steps the master, which decides its step temporaries (OPTIMIZER_IMPLS).
+    staged_collectives: the collectives copy their whole buffer while they run (gloo, the CPU accelerator's
+    backend: an all-gather into a copy of its output, a reduce-scatter from a copy of its input; NCCL
+    works in place). `zero profile` sets it on the CPU accelerator.
     """
 
     precision: str = "bf16"
@@ -69,6 +72,7 @@ class Training:
     cpu_checkpointing: bool = False
     offload_activations: bool = False
     optimizer_impl: str = "foreach"
+    staged_collectives: bool = False
 
     def __post_init__(self) -> None:
         _checks.choice(self.precision, "precision", PRECISION_BYTES)

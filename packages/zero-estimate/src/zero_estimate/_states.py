@@ -66,6 +66,8 @@ def state_lines(spec: ModelSpec, cluster: Cluster, training: Training, zero: Zer
     else:
         _stage3_params(c, lines)
     _gradients(c, lines)
+    if training.staged_collectives:
+        _staging(c, lines)
     _optimizer(c, lines)
     # No all-gather bucket: the engine all-gathers the updated partitions in place, in the flat params.
     _model_load(c, lines)
@@ -135,6 +137,24 @@ def _gradients(c: _Context, lines: Lines) -> None:
     else:
         what = "gradient reduce bucket (reduce_bucket_size, at most the largest bucket)"
         lines.add("grad.bucket", "gpu", what, c.b * bucket, BACKWARD, instant="late")
+
+
+def _staging(c: _Context, lines: Lines) -> None:
+    """gloo's copies of the collectives in flight while layers run (Training.staged_collectives): at stage 3 the
+    all-gather of the largest unit (a copy of its output), from stage 2 the reduce-scatter of a gradient bucket
+    (a copy of its input). Stages 0-1 all-reduce in place; the step's all-gather of the updated params comes
+    after the optimizer's temporaries are freed, so it never adds to the step's peak."""
+    if c.zero.stage == 3 and c.spec.largest_layer_params is not None:
+        L = Q.var("L", c.spec.largest_layer_params)
+        what = "gloo's copy of the all-gather in flight (the largest unit's gathered params)"
+        lines.add("comm.staging", "gpu", what, c.b * L, FORWARD_BACKWARD, instant="late")
+    if c.zero.stage >= 2:
+        bucket = smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
+        cap = largest_bucket(c.spec, c.zero)
+        if cap is not None:
+            bucket = smallest(bucket, Q.var("Lb", cap))
+        what = "gloo's copy of the reduce-scatter in flight (one gradient bucket)"
+        lines.add("comm.staging", "gpu", what, c.b * bucket, BACKWARD, instant="late")
 
 
 def _optimizer(c: _Context, lines: Lines) -> None:

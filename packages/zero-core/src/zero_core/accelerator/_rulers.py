@@ -10,6 +10,7 @@ class HostAllocatorRuler:
     """zero-pin's count: every CPU storage allocated since `zero_pin.count_host_allocations()`, on every thread."""
 
     name = "CPU allocator count"
+    device = "cpu"
 
     def counts(self, storage: torch.UntypedStorage) -> bool:
         return zero_pin.host_allocator_counts(storage)
@@ -28,6 +29,7 @@ class CudaAllocatorRuler:
     """torch.cuda's statistics for one device: every tensor on it is the caching allocator's."""
 
     name = "CUDA caching allocator"
+    device = "cuda"
 
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index

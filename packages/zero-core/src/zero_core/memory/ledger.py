@@ -23,7 +23,7 @@ import torch
 from .levers import LeverSetup
 from .placement import Placement, location
 from .report import CommCount, MemoryReport
-from .ruler import AllocatorBeside, AllocatorFigures, AllocatorRuler, PhaseAllocation
+from .ruler import AllocatorBeside, AllocatorFigures, AllocatorRuler, OpTransients, PhaseAllocation
 from .tracker import StorageTracker
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ class MemoryLedger:
         if counted:
             assert self._allocator is not None
             self._allocator.change(where, nbytes)
+            self._allocator.unseen += nbytes
         self._change(where, category, nbytes)
         self._change_total(where, nbytes)
 
@@ -143,6 +144,7 @@ class MemoryLedger:
             self._extents.pop(key, None)
             if counted and beside is not None:
                 beside.change(where, -nbytes)
+                beside.unseen -= nbytes
             self._change(where, category, -nbytes)
             self._total[where] -= nbytes
 
@@ -168,11 +170,29 @@ class MemoryLedger:
             self._allocator = None
             return
         self._allocator = AllocatorBeside(ruler)
+        self._probe_transients()
         for entry in self._entries.values():
             storage = entry.ref()
             entry.counted = storage is not None and ruler.counts(storage)
             if entry.counted:
                 self._allocator.change(entry.location, entry.nbytes)
+
+    def _probe_transients(self) -> None:
+        if self._tracker is not None and self._allocator is not None:
+            self._tracker.set_probe(OpTransients(self._allocator, self._note_transient))
+
+    def _note_transient(self, nbytes: int) -> None:
+        """An op's kernel held `nbytes` beyond its outputs for a moment: in the phase's peaks for that instant."""
+        if self._outer_phase is None or self._allocator is None:
+            return
+        where = self._allocator.ruler.device  # kernels run on the device the ruler counts
+        label = "activations" if self._phase in _ACTIVATION_PHASES else "other"
+        self._allocator.change(where, nbytes)
+        self._change(where, label, nbytes)
+        self._change_total(where, nbytes)
+        self._allocator.change(where, -nbytes)
+        self._change(where, label, -nbytes)
+        self._total[where] -= nbytes
 
     @property
     def ruler(self) -> AllocatorRuler | None:
@@ -204,6 +224,7 @@ class MemoryLedger:
         if enabled and self._tracker is None:
             self._tracker = StorageTracker()
             self._tracker.add_listener(self._on_new_storage)
+            self._probe_transients()
         elif not enabled:
             self._tracker = None
 

@@ -9,6 +9,7 @@ highest the ledger's counted bytes reached inside it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, TypedDict
 
 import torch
@@ -20,6 +21,11 @@ class AllocatorRuler(Protocol):
     @property
     def name(self) -> str:
         """What counts, for reports: "CPU allocator count", "CUDA caching allocator"."""
+        ...
+
+    @property
+    def device(self) -> str:
+        """The ledger location of the device it counts ("cpu", "cuda"), where kernels' transients are filed."""
         ...
 
     def counts(self, storage: torch.UntypedStorage) -> bool:
@@ -54,8 +60,12 @@ class AllocatorBeside:
     def __init__(self, ruler: AllocatorRuler) -> None:
         self.ruler = ruler
         self.counted = 0
+        # Of `counted`, bytes another thread allocates at a time we do not see (a backend's staging copy):
+        # OpTransients leaves them out, since they may fall inside any op's window.
+        self.unseen = 0
         self.locations: set[str] = set()
         self._phase: str | None = None
+        self._folded = 0  # the allocator's peak in the phase before the last per-op reset (OpTransients)
         self._allocator_peaks: dict[str, int] = {}
         self._ledger_peaks: dict[str, int] = {}
 
@@ -63,21 +73,35 @@ class AllocatorBeside:
         self.counted += delta
         self.locations.add(location)
         if delta > 0 and self._phase is not None:
-            self._ledger_peaks[self._phase] = max(self._ledger_peaks.get(self._phase, 0), self.counted)
+            self._ledger_peaks[self._phase] = max(self._ledger_peaks.get(self._phase, 0), self.explained())
+
+    def explained(self) -> int:
+        """The ledger's counted bytes that exist now. A staging copy is counted from its collective's launch,
+        but a queued collective allocates it only when it runs: what the ledger counts beyond the allocator
+        can only be that, and is left out until it exists."""
+        if not self.unseen:
+            return self.counted
+        pending = min(self.unseen, max(0, self.counted - self.ruler.current_bytes()))
+        return self.counted - pending
 
     def now(self) -> PhaseAllocation:
         """The allocator's bytes and the ledger's counted bytes at this instant."""
         current = self.ruler.current_bytes()
         return PhaseAllocation(allocator=current, ledger=self.counted, untracked=current - self.counted)
 
+    def fold_peak(self) -> None:
+        """Keep the phase's peak so far before the ruler's peak is reset (per op, by OpTransients)."""
+        self._folded = max(self._folded, self.ruler.peak_bytes())
+
     def begin_phase(self, phase: str) -> None:
         self._phase = phase
+        self._folded = 0
         self.ruler.reset_peak()
-        self._ledger_peaks[phase] = max(self._ledger_peaks.get(phase, 0), self.counted)
+        self._ledger_peaks[phase] = max(self._ledger_peaks.get(phase, 0), self.explained())
 
     def end_phase(self) -> None:
         if self._phase is not None:
-            peak = self.ruler.peak_bytes()
+            peak = max(self._folded, self.ruler.peak_bytes())
             self._allocator_peaks[self._phase] = max(self._allocator_peaks.get(self._phase, 0), peak)
         self._phase = None
 
@@ -91,3 +115,30 @@ class AllocatorBeside:
                   for phase, peak in self._allocator_peaks.items()}
         return AllocatorFigures(ruler=self.ruler.name, locations=sorted(self.locations), current=current, ledger=self.counted,
                                 untracked=current - self.counted, phases=phases)
+
+
+class OpTransients:
+    """What an op allocates and frees inside its kernel (a softmax's or a dropout's temporaries, an autograd
+    kernel's workspace): the storage tracker sees only an op's outputs, the allocator sees everything.
+
+    Around each op the tracker runs, the ruler's peak is reset; afterwards the ledger's figure at the op's
+    highest moment is what it counted before the op plus all the allocator gained up to that moment. What of
+    that the op's registered outputs do not explain is a transient, which `note(bytes)` sets into the ledger
+    for that instant only. Collectives (c10d ops) are left out: their staging is counted as comm.staging.
+    """
+
+    def __init__(self, beside: AllocatorBeside, note: Callable[[int], None]) -> None:
+        self._beside, self._note = beside, note
+        self._base = self._counted = 0
+
+    def before(self) -> None:
+        self._beside.fold_peak()
+        self._beside.ruler.reset_peak()
+        self._base, self._counted = self._beside.ruler.current_bytes(), self._beside.counted
+
+    def after(self) -> None:
+        highest = self._counted + self._beside.ruler.peak_bytes() - self._base
+        # A staging copy counted before the op may be allocated during it: not a transient of the op's own.
+        transient = highest - self._beside.counted - self._beside.unseen
+        if transient > 0:
+            self._note(transient)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -22,6 +22,14 @@ from .active import pop_tracker, push_tracker
 # Called with (storage nbytes, device string) when a new storage appears; the ledger
 # uses it to label storages it does not own as activations or other.
 AllocationListener = Callable[[torch.UntypedStorage, str], None]
+
+
+class OpProbe(Protocol):
+    """Called around each op the tracker sees (the ledger measures kernels' transients at the allocator)."""
+
+    def before(self) -> None: ...
+
+    def after(self) -> None: ...
 
 
 class StorageTracker(TorchDispatchMode):
@@ -35,6 +43,7 @@ class StorageTracker(TorchDispatchMode):
         self._peak: dict[str, int] = defaultdict(int)
         self._seen: dict[int, weakref.ref[torch.UntypedStorage]] = {}
         self._listeners: list[AllocationListener] = []
+        self._probe: OpProbe | None = None
 
     # --- figures ---
     def current_bytes(self, device: str) -> int:
@@ -49,6 +58,10 @@ class StorageTracker(TorchDispatchMode):
 
     def add_listener(self, listener: AllocationListener) -> None:
         self._listeners.append(listener)
+
+    def set_probe(self, probe: OpProbe | None) -> None:
+        """Run `probe.before()` and `probe.after()` around every op but collectives (memory/ruler.py, OpTransients)."""
+        self._probe = probe
 
     # --- tracking ---
     def track(self, tensor: torch.Tensor) -> None:
@@ -78,11 +91,16 @@ class StorageTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
+        probe = self._probe if self._probe is not None and getattr(func, "namespace", "") != "c10d" else None
+        if probe is not None:
+            probe.before()
         outputs = func(*args, **(kwargs or {}))
         flat, _ = tree_flatten(outputs)
         for item in flat:
             if isinstance(item, torch.Tensor):
                 self.track(item)
+        if probe is not None:
+            probe.after()
         return outputs
 
     def __enter__(self) -> "StorageTracker":

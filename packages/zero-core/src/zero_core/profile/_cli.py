@@ -53,7 +53,7 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
                      (choices if stage == 3 else (None,)))
     request = ProfileRequest(args.model, config, ds_config, settings, nproc, micro_batch, seq_len,
                              _bounded(args.steps, "--steps", 1, 1000), lora_rank,
-                             timeout=_bounded_seconds(args.timeout, "--timeout", 1.0, 86400.0),
+                             gradient_checkpointing=bool(args.gradient_checkpointing), timeout=_bounded_seconds(args.timeout, "--timeout", 1.0, 86400.0),
                              notes=tuple(notes))
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
