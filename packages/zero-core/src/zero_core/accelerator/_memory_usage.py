@@ -18,8 +18,9 @@ GB = 1024**3
 def see_memory_usage(message: str, force: bool = True) -> str | None:
     """Print `message` and the memory figures on rank 0; return the printed text (None elsewhere).
 
-    The lines are DeepSpeed's: MA / Max_MA / CA / Max_CA from the accelerator (on CPU, a
-    storage tracker's exact figures inside a tracked region, else the process RSS), then the
+    The lines are DeepSpeed's: MA / Max_MA / CA / Max_CA from the accelerator (on CPU, zero-pin's count of the
+    CPU allocator once it runs; before, a storage tracker's figures inside a tracked region, else the process
+    RSS), then the
     host's virtual memory, then zero-pin's pinned bytes. As in DeepSpeed, the peaks are reset
     afterwards, so each call's Max_* covers the span since the previous call. Unlike DeepSpeed,
     `force` defaults to True, so a bare call prints; `force=False` prints nothing.
