@@ -24,7 +24,7 @@ ARCHITECTURES: dict[str, tuple[type[_hf_schema.HFConfig], Builder]] = {
     "mistral": (_hf_schema.MistralConfig, _hf_modules.llama),
     "opt": (_hf_schema_more.OPTConfig, _hf_modules_more.opt),
     "phi": (_hf_schema_more.PhiConfig, _hf_modules_more.phi),
-    "qwen2": (_hf_schema_more.Qwen2Config, _hf_modules_more.qwen2),
+    "qwen2": (_hf_schema_more.Qwen2Config, _hf_modules.llama),
     "t5": (_hf_schema.T5Config, _hf_modules.t5),
 }
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ._mlp_structure import saved_tensors
-from ._hf_schema import BertConfig, GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, T5Config
+from ._hf_schema import BertConfig, GPT2Config, GPTNeoXConfig, MistralConfig, T5Config
 from ._spec import ModuleParams, TransformerShape
 
 Modules = list[ModuleParams]
@@ -83,17 +83,17 @@ def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:
 
 
 def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
-    """Llama and Mistral: grouped-query attention (k and v have num_key_value_heads heads), SwiGLU MLP."""
+    """Llama, Mistral and Qwen2: grouped-query attention (k and v have num_key_value_heads heads), SwiGLU MLP;
+    the config says which projections have biases (Qwen2: q, k and v)."""
     h, i, n, d = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.head_size
-    attention_bias = c.attention_bias if isinstance(c, LlamaConfig) else False
-    mlp_bias = c.mlp_bias if isinstance(c, LlamaConfig) else False
+    attention_bias, output_bias, mlp_bias = c.qkv_bias, c.output_bias, c.mlp_biases
     q, kv = c.num_attention_heads * d, c.kv_heads * d
     modules = [
         _embedding("embed_tokens", c.vocab_size, h),
         _block_linear("layers.self_attn.q_proj", h, q, bias=attention_bias, count=n),
         _block_linear("layers.self_attn.k_proj", h, kv, bias=attention_bias, count=n),
         _block_linear("layers.self_attn.v_proj", h, kv, bias=attention_bias, count=n),
-        _block_linear("layers.self_attn.o_proj", q, h, bias=attention_bias, count=n),
+        _block_linear("layers.self_attn.o_proj", q, h, bias=output_bias, count=n),
         _block_linear("layers.mlp.gate_proj", h, i, bias=mlp_bias, count=n),
         _block_linear("layers.mlp.up_proj", h, i, bias=mlp_bias, count=n),
         _block_linear("layers.mlp.down_proj", i, h, bias=mlp_bias, count=n),

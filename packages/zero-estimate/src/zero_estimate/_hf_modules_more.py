@@ -1,33 +1,11 @@
-"""Every parameter of Qwen2, OPT and Phi, module by module, in `model.parameters()` order (see _hf_modules)."""
+"""Every parameter of OPT and Phi, module by module, in `model.parameters()` order (see _hf_modules; Qwen2
+is Llama's builder)."""
 from __future__ import annotations
 
 from ._hf_modules import Modules, _block_linear, _dropout_of, _embedding, _lm_head, _norm
-from ._hf_schema_more import OPTConfig, PhiConfig, Qwen2Config
+from ._hf_schema_more import OPTConfig, PhiConfig
 from ._mlp_structure import saved_tensors
 from ._spec import ModuleParams, TransformerShape
-
-
-def qwen2(c: Qwen2Config, head: bool) -> tuple[Modules, TransformerShape]:
-    """Llama's layer (grouped-query attention, SwiGLU, RMSNorm) with biased q/k/v projections."""
-    h, i, n, d = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.head_size
-    q, kv = c.num_attention_heads * d, c.kv_heads * d
-    modules = [
-        _embedding("embed_tokens", c.vocab_size, h),
-        _block_linear("layers.self_attn.q_proj", h, q, bias=True, count=n),
-        _block_linear("layers.self_attn.k_proj", h, kv, bias=True, count=n),
-        _block_linear("layers.self_attn.v_proj", h, kv, bias=True, count=n),
-        _block_linear("layers.self_attn.o_proj", q, h, bias=False, count=n),
-        _block_linear("layers.mlp.gate_proj", h, i, bias=False, count=n),
-        _block_linear("layers.mlp.up_proj", h, i, bias=False, count=n),
-        _block_linear("layers.mlp.down_proj", i, h, bias=False, count=n),
-        _norm("layers.input_layernorm", h, bias=False, count=n),
-        _norm("layers.post_attention_layernorm", h, bias=False, count=n),
-        _norm("norm", h, bias=False),
-    ]
-    if head:
-        modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings))
-    return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
-                                     mlp_saved_tensors=saved_tensors(c.hidden_act, gated=True), norm_upcast=True)
 
 
 def opt(c: OPTConfig, head: bool) -> tuple[Modules, TransformerShape]:

@@ -71,6 +71,18 @@ class MistralConfig(HFConfig):
         return self.num_key_value_heads or self.num_attention_heads
 
     @property
+    def qkv_bias(self) -> bool:
+        return False  # Mistral's projections have no biases
+
+    @property
+    def output_bias(self) -> bool:
+        return False
+
+    @property
+    def mlp_biases(self) -> bool:
+        return False
+
+    @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
@@ -86,6 +98,18 @@ class LlamaConfig(MistralConfig):
     intermediate_size: PositiveInt = 11008
     attention_bias: bool = False
     mlp_bias: bool = False
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.attention_bias
+
+    @property
+    def output_bias(self) -> bool:
+        return self.attention_bias
+
+    @property
+    def mlp_biases(self) -> bool:
+        return self.mlp_bias
 
     @model_validator(mode="after")
     def _heads(self) -> LlamaConfig:

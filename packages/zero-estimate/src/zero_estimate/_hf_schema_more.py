@@ -13,6 +13,10 @@ class Qwen2Config(MistralConfig):
     intermediate_size: PositiveInt = 22016
     num_key_value_heads: PositiveInt | None = 32
 
+    @property
+    def qkv_bias(self) -> bool:
+        return True
+
 
 class OPTConfig(HFConfig):
     vocab_size: PositiveInt = 50272
