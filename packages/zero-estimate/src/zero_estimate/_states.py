@@ -140,14 +140,11 @@ def _gradients(c: _Context, lines: Lines) -> None:
 
 
 def _staging(c: _Context, lines: Lines) -> None:
-    """gloo's copies of the collectives in flight while layers run (Training.staged_collectives): at stage 3 the
-    all-gather of the largest unit (a copy of its output), from stage 2 the reduce-scatter of a gradient bucket
-    (a copy of its input). Stages 0-1 all-reduce in place; the step's all-gather of the updated params comes
-    after the optimizer's temporaries are freed, so it never adds to the step's peak."""
-    if c.zero.stage == 3 and c.spec.largest_layer_params is not None:
-        L = Q.var("L", c.spec.largest_layer_params)
-        what = "gloo's copy of the all-gather in flight (the largest unit's gathered params)"
-        lines.add("comm.staging", "gpu", what, c.b * L, FORWARD_BACKWARD, instant="late")
+    """gloo's copy of the collective in flight while layers run backward (Training.staged_collectives): from
+    stage 2 the reduce-scatter of a gradient bucket (a copy of its input). Stages 0-1 all-reduce in place. Not
+    counted: stage 3's all-gathers (a copy of their output), which the calibration grid measured off the late
+    instant's peak, and the step's all-gather of the updated params, which comes after the optimizer's
+    temporaries are freed."""
     if c.zero.stage >= 2:
         bucket = smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
         cap = largest_bucket(c.spec, c.zero)
