@@ -147,7 +147,10 @@ def test_resume_at_another_world_size_and_stage_continues_the_run(
     tolerance = {"rtol": 1e-6, "atol": 1e-7}
     torch.testing.assert_close(torch.tensor(resumed["losses"]), torch.tensor(reference["losses"][SAVED_AT:]),
                                **tolerance)
-    if ranks != 2:  # gradients summed in another order: weights near zero differ in relative terms (|d| ~ 1e-6)
+    # Gradients summed in another order (another world size, or stage 3's reduction against stages 1-2's, which
+    # groups the small persistent params apart): weights differ by an fp32 rounding or two (1.1e-7 seen on
+    # norm.bias on an AVX-512 host, stage 2 -> 3 at 2 ranks), near zero in relative terms (|d| ~ 1e-6).
+    if ranks != 2 or 3 in (CASES[name][0][0], CASES[name][1][0]):
         tolerance = {"rtol": 1e-5, "atol": 1e-5}
     for key, value in reference["state"].items():
         torch.testing.assert_close(resumed["state"][key], value, **tolerance,
