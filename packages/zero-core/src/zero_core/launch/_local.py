@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import multiprocessing
 import os
 import socket
@@ -85,6 +86,7 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, ou
     import torch
     import torch.distributed as dist
 
+    faulthandler.enable()  # a rank that dies in C++ (SIGABRT, SIGSEGV) prints where its threads were
     torch.set_num_threads(1)
     try:
         result = fn(rank, world_size, *args)
