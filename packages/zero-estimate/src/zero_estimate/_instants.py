@@ -14,6 +14,9 @@ more: the activations held at both plus the larger of the loss's lines and the l
 peaks at its start (the activations held there, the loss gradients) or late (the gradients, the
 buckets, the gathered working set, a rebuilt layer), whichever holds more. The smaller instant's lines
 leave that phase.
+Late in backward the gradient partition (stages 2-3) grows bucket by bucket and is whole only at the
+end, once no layer is rebuilt any more: the late instant is the larger of "during" (every late line but
+the partition) and "end" (the partition with the buckets, their gloo copies and the gathered params).
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ from dataclasses import replace
 from ._lines import Line
 
 LOSS, LATE = "loss", "late"
+# The gradient partition, whole only at the end of backward, and what is held with it then.
+_GROWING = "grad.partition"
+_AT_THE_END = frozenset({_GROWING, "grad.bucket", "comm.staging", "param.gathered"})
 
 
 def at_peak_instants(lines: list[Line]) -> list[Line]:
@@ -36,10 +42,14 @@ def at_peak_instants(lines: list[Line]) -> list[Line]:
     # backward: the activations held at its start (every layer's, the loss's gradients) against the
     # gradients, buckets, working set and a rebuilt layer
     held_at_loss = _bytes(gpu, "backward", lambda line: line.category == "activations" and line.instant != LATE)
-    late = _bytes(gpu, "backward", lambda line: line.instant == LATE)
-    if held_at_loss >= late:
+    during = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category != _GROWING)
+    end = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category in _AT_THE_END)
+    if held_at_loss >= max(during, end):
         return _drop(out, "backward", LATE, everything_activations=False)
-    return _drop(out, "backward", LOSS, everything_activations=True)
+    out = _drop(out, "backward", LOSS, everything_activations=True)
+    leaving = (lambda line: line.category == _GROWING) if during >= end else \
+        (lambda line: line.category not in _AT_THE_END)
+    return _drop_where(out, "backward", lambda line: line.instant == LATE and leaving(line))
 
 
 def _bytes(lines: list[Line], phase: str, chosen: Callable[[Line], bool]) -> int:
@@ -49,11 +59,18 @@ def _bytes(lines: list[Line], phase: str, chosen: Callable[[Line], bool]) -> int
 def _drop(lines: list[Line], phase: str, instant: str, everything_activations: bool) -> list[Line]:
     """Take `phase` out of the device lines of `instant` (and of every device activation but the late ones,
     when the late instant of backward makes the peak: by then backward has freed them)."""
+    def leaves(line: Line) -> bool:
+        freed = everything_activations and line.category == "activations" and line.instant != LATE
+        return line.instant == instant or freed
+
+    return _drop_where(lines, phase, leaves)
+
+
+def _drop_where(lines: list[Line], phase: str, leaves: Callable[[Line], bool]) -> list[Line]:
+    """Take `phase` out of the device lines that `leaves`."""
     out = []
     for line in lines:
-        freed = everything_activations and line.category == "activations" and line.instant != LATE
-        leaves = line.location == "gpu" and phase in line.phases and (line.instant == instant or freed)
-        if leaves:
+        if line.location == "gpu" and phase in line.phases and leaves(line):
             line = replace(line, phases=tuple(p for p in line.phases if p != phase))
         if line.phases:
             out.append(line)
