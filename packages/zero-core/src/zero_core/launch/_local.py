@@ -7,6 +7,8 @@
   (they would otherwise wait forever in a collective).
 - Ranks still running after `timeout` seconds are killed: a collective that never completes
   fails instead of hanging.
+- A rank ends with `os._exit` once its result (or error) is written and Python's exit handlers have
+  run, so a crash in C++ teardown cannot turn a finished rank into a failed one (`_end_rank`).
 
 `fn` must be a module-level function (the spawned process imports it by name); it is called as
 `fn(rank, world_size, *args)` and its return value (tensors allowed) comes back in rank order.
