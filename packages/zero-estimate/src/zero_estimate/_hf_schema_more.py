@@ -18,7 +18,25 @@ class Qwen2Config(MistralConfig):
         return True
 
 
-class OPTConfig(HFConfig):
+class _Decoder(HFConfig):
+    """What OPT and Phi share: hidden size, heads (dividing it), layers, and dropout on attention's probabilities."""
+
+    hidden_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    attention_dropout: NonNegativeFloat = 0.0
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.attention_dropout
+
+    @model_validator(mode="after")
+    def _heads(self) -> _Decoder:
+        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        return self
+
+
+class OPTConfig(_Decoder):
     vocab_size: PositiveInt = 50272
     hidden_size: PositiveInt = 768
     num_hidden_layers: PositiveInt = 12
@@ -33,11 +51,6 @@ class OPTConfig(HFConfig):
     activation_function: str = "relu"
     tie_word_embeddings: bool = True
     dropout: NonNegativeFloat = 0.1
-    attention_dropout: NonNegativeFloat = 0.0
-
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attention_dropout
 
     @property
     def hidden_dropout_rate(self) -> float:
@@ -47,13 +60,8 @@ class OPTConfig(HFConfig):
     def embed_dim(self) -> int:
         return self.word_embed_proj_dim or self.hidden_size
 
-    @model_validator(mode="after")
-    def _heads(self) -> OPTConfig:
-        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
-        return self
 
-
-class PhiConfig(HFConfig):
+class PhiConfig(_Decoder):
     """Parallel attention and MLP behind one LayerNorm; a biased LM head."""
 
     vocab_size: PositiveInt = 51200
@@ -66,11 +74,6 @@ class PhiConfig(HFConfig):
     qk_layernorm: bool = False
     tie_word_embeddings: bool = False
     resid_pdrop: NonNegativeFloat = 0.0
-    attention_dropout: NonNegativeFloat = 0.0
-
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attention_dropout
 
     @property
     def hidden_dropout_rate(self) -> float:
@@ -81,7 +84,6 @@ class PhiConfig(HFConfig):
         return self.num_key_value_heads or self.num_attention_heads
 
     @model_validator(mode="after")
-    def _heads(self) -> PhiConfig:
-        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+    def _grouped_heads(self) -> PhiConfig:
         _divisible(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
         return self
