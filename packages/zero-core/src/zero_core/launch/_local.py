@@ -115,12 +115,19 @@ def _end_rank(code: int) -> None:
     os._exit(code)
 
 
+def _first_to_fail(ranks: list[int], out: Path) -> int:
+    """Of the failed ranks, the one whose error was written first: a rank that raises ends at once, and its
+    peers then fail in their collectives ("Connection closed by peer"), which is not the cause to report."""
+    written = {rank: (out / f"{rank}.error").stat().st_mtime_ns for rank in ranks if (out / f"{rank}.error").exists()}
+    return min(written, key=lambda rank: (written[rank], rank)) if written else ranks[0]
+
+
 def _wait(processes: list[SpawnProcess], out: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         failed = [p for p in processes if p.exitcode not in (None, 0)]
         if failed:
-            rank = processes.index(failed[0])
+            rank = _first_to_fail([processes.index(p) for p in failed], out)
             error = out / f"{rank}.error"
             detail = error.read_text() if error.exists() else f"exit code {failed[0].exitcode} (killed or crashed)"
             raise RanksFailed(f"rank {rank} of {len(processes)} failed:\n{detail}")
