@@ -76,6 +76,8 @@ CONFIGS = {
                               "num_hidden_layers": 2, "word_embed_proj_dim": 32, "enable_bias": False,
                               "max_position_embeddings": 128},
     "phi": {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2},
+    "phi-tied": {"model_type": "phi", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                 "num_hidden_layers": 2, "tie_word_embeddings": True},
     "phi-gqa-qk-norm": {"model_type": "phi", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                         "num_key_value_heads": 2, "num_hidden_layers": 2, "qk_layernorm": True},
     "bert": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},

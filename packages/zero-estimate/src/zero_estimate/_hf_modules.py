@@ -54,12 +54,14 @@ def _dropout_of(c: _DropoutRates) -> dict[str, bool]:
     return {"attention_dropout": c.attention_dropout_rate > 0, "hidden_dropout": c.hidden_dropout_rate > 0}
 
 
-def _lm_head(path: str, hidden: int, vocab: int, *, tied: bool) -> ModuleParams:
-    """The output projection; when tied it reuses the input embedding, which owns the weight."""
+def _lm_head(path: str, hidden: int, vocab: int, *, tied: bool, bias: bool = False) -> ModuleParams:
+    """The output projection; when tied it reuses the input embedding, which owns the weight (a bias, Phi's,
+    is the head's own either way)."""
     weight = ((vocab, hidden),)
+    own_bias = ((vocab,),) if bias else ()
     if tied:
-        return ModuleParams(path, tied=weight, features=(hidden, vocab))
-    return ModuleParams(path, weight, features=(hidden, vocab))
+        return ModuleParams(path, own_bias, tied=weight, features=(hidden, vocab))
+    return ModuleParams(path, weight + own_bias, features=(hidden, vocab))
 
 
 def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:

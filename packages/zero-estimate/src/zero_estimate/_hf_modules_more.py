@@ -2,7 +2,7 @@
 is Llama's builder)."""
 from __future__ import annotations
 
-from ._hf_modules import Modules, _block_linear, _dropout_of, _embedding, _lm_head, _norm
+from ._hf_modules import Modules, _block_linear, _dropout_of, _embedding, _linear, _lm_head, _norm
 from ._hf_schema_more import OPTConfig, PhiConfig
 from ._mlp_structure import saved_tensors
 from ._spec import ModuleParams, TransformerShape
@@ -19,7 +19,7 @@ def opt(c: OPTConfig, head: bool) -> tuple[Modules, TransformerShape]:
     modules = [_embedding("decoder.embed_tokens", c.vocab_size, e),
                _embedding("decoder.embed_positions", c.max_position_embeddings + 2, h)]
     if e != h:
-        modules += [_block_free_linear("decoder.project_out", h, e), _block_free_linear("decoder.project_in", e, h)]
+        modules += [_linear("decoder.project_out", h, e, bias=False), _linear("decoder.project_in", e, h, bias=False)]
     if c.do_layer_norm_before and not c.remove_final_layer_norm:
         modules += norm("decoder.final_layer_norm")
     bias = c.enable_bias
@@ -60,12 +60,6 @@ def phi(c: PhiConfig, head: bool) -> tuple[Modules, TransformerShape]:
         _norm("final_layernorm", h),
     ]
     if head:
-        shapes = ((c.vocab_size, h), (c.vocab_size,))
-        modules.append(ModuleParams("lm_head", tied=shapes, features=(h, c.vocab_size)) if c.tie_word_embeddings
-                       else ModuleParams("lm_head", shapes, features=(h, c.vocab_size)))
+        modules.append(_lm_head("lm_head", h, c.vocab_size, tied=c.tie_word_embeddings, bias=True))
     return modules, TransformerShape(n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
                                      mlp_saved_tensors=saved_tensors(c.hidden_act, gated=False), norms_per_layer=1)
-
-
-def _block_free_linear(path: str, n_in: int, n_out: int) -> ModuleParams:
-    return ModuleParams(path, ((n_out, n_in),), features=(n_in, n_out))
