@@ -56,14 +56,16 @@ class CpuAccelerator(Accelerator):
         return True
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        if zero_pin.counting_host_allocations():
-            return zero_pin.host_allocator_stats()["current"]
+        ruler = self.allocator_ruler()
+        if ruler is not None:
+            return ruler.current_bytes()
         tracker = active_tracker()
         return tracker.current_bytes("cpu") if tracker else _host_memory.rss_bytes()
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        if zero_pin.counting_host_allocations():
-            return zero_pin.host_allocator_stats()["peak"]
+        ruler = self.allocator_ruler()
+        if ruler is not None:
+            return ruler.peak_bytes()
         tracker = active_tracker()
         return tracker.peak_bytes("cpu") if tracker else _host_memory.peak_rss_bytes()
 
@@ -75,8 +77,9 @@ class CpuAccelerator(Accelerator):
         return _host_memory.peak_rss_bytes()
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        if zero_pin.counting_host_allocations():
-            zero_pin.reset_host_allocator_peak()
+        ruler = self.allocator_ruler()
+        if ruler is not None:
+            ruler.reset_peak()
         tracker = active_tracker()
         if tracker:
             tracker.reset_peak()
@@ -89,8 +92,9 @@ class CpuAccelerator(Accelerator):
         return _host_memory.available_bytes()
 
     def memory_stats_source(self) -> str:
-        if zero_pin.counting_host_allocations():
-            return "CPU allocator count"
+        ruler = self.allocator_ruler()
+        if ruler is not None:
+            return ruler.name
         return "storage tracker" if active_tracker() else "process RSS"
 
     def allocator_ruler(self) -> HostAllocatorRuler | None:
