@@ -123,7 +123,7 @@ def _zero_alone(rank: int, world_size: int, root: str, imported: str) -> dict[tu
     for stage, dtype in CASES:
         out = str(Path(imported) / f"stage{stage}-{dtype}")
         result = checkpoint_command(argparse.Namespace(action="import", dir=_case_dir(root, stage, dtype), out=out,
-                                                       tag=None))
+                                                       tag=None, trust_checkpoint=False))
         assert result.exit_code == 0 and result.data["stage"] == stage and result.data["world_size"] == 2, result.text
         model = _model(6)
         engine, _, _, _ = zero_core.initialize(model=model, model_parameters=model.parameters(),

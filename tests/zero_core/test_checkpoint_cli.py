@@ -130,7 +130,7 @@ def test_damaged_checkpoints_are_incomplete_and_do_not_export(saved: Path, tmp_p
     assert not second["complete"] and any(problem in line for line in second["problems"]), second["problems"]
     code, out, err = run_main(capsys, "checkpoint", "export", str(root), str(tmp_path / "out"))
     assert (code, out) == (2, "")
-    assert problem.split(" is ")[0] in err and ("incomplete" in err or "missing" in err), err
+    assert problem.split(" is ")[0] in err and ("incomplete" in err or "damaged" in err), err
 
 
 def test_export_writes_shards_index_and_progress(saved: Path, tmp_path: Path, capsys: Any) -> None:
@@ -167,7 +167,8 @@ def test_export_to_one_file_replaces_an_earlier_export(saved: Path, tmp_path: Pa
     assert run_main(capsys, "checkpoint", "export", str(saved), str(out), "--max-shard-size", "4KB")[0] == 0
     code, stdout, _ = run_main(capsys, "checkpoint", "export", str(saved), str(out), "--tag", "global_step1")
     assert code == 0
-    assert sorted(path.name for path in out.iterdir()) == ["model.safetensors"], "the old shards and index are gone"
+    assert sorted(path.name for path in out.iterdir()) == ["model.safetensors", "zero_export.json"], \
+        "the old shards and index are gone; the export lists what it wrote"
     assert "config.json: the checkpoint has none" in stdout
 
 

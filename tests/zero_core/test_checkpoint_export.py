@@ -108,7 +108,7 @@ def test_bf16_export_loads_with_from_pretrained_as_the_engines_model(run: dict[s
     out = tmp_path / "hf-bf16"
     code, stdout, _ = run_main(capsys, "checkpoint", "export", str(run["checkpoints"]), str(out), "--dtype", "bf16")
     assert code == 0, stdout
-    assert sorted(path.name for path in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(path.name for path in out.iterdir()) == ["config.json", "model.safetensors", "zero_export.json"]
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     model, info = _from_pretrained(out)
     assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info

@@ -2,7 +2,7 @@
 
 - A rank is SIGKILLed while a second save is being written (its staging directory already
   has data): the first checkpoint still loads, with its values, and `latest` still names it;
-  the next save removes the dead save's staging directory.
+  the next save (of another process) removes the dead save's staging directory.
 - Loading a truncated checkpoint (a data file cut short, or its description missing), another
   model's (a parameter with another shape, a parameter missing), or a tag that is not there
   fails with one error naming what differs; `load_module_strict=False` loads what both have.
@@ -77,10 +77,12 @@ def _load_latest(rank: int, world_size: int, save_dir: str) -> dict[str, torch.T
 
 
 def test_a_save_killed_midway_leaves_the_previous_checkpoint_and_latest(tmp_path: Path) -> None:
-    staging = tmp_path / ".second.tmp"
+    def staged_data() -> bool:  # rank 0 numbers its saves: the second one's staging directory has data
+        return any(f.stat().st_size > 0 for f in tmp_path.glob(".zero-staging-*-2/*.distcp"))
+
     with started_ranks(_save_twice, 2, str(tmp_path)) as (processes, _):
         deadline = time.monotonic() + 240
-        while not any(f.stat().st_size > 0 for f in staging.glob("*.distcp")) if staging.exists() else True:
+        while not staged_data():
             assert time.monotonic() < deadline, "the second save never started writing"
             assert all(p.exitcode is None for p in processes), "a rank ended before the second save"
             time.sleep(0.005)
@@ -92,7 +94,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_and_latest(tmp_path
     saved = torch.load(tmp_path / "first.rank0.pt")
     for key, value in saved.items():
         assert torch.equal(loaded[0][key], value), key
-    assert not staging.exists() and (tmp_path / "third").is_dir()
+    assert not list(tmp_path.glob(".zero-staging-*")) and (tmp_path / "third").is_dir()
     assert (tmp_path / "latest").read_text() == "first"
 
 

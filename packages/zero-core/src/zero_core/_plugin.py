@@ -64,6 +64,7 @@ def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
                     "exits 1 if a checkpoint is incomplete.")
     inspect.add_argument("dir", metavar="DIR", help="the save_dir given to engine.save_checkpoint")
     inspect.add_argument("--tag", help="only this tag")
+    _add_trust_flag(inspect)
     add_action_json_flag(inspect)
     export = actions.add_parser(
         "export", help="write a checkpoint's weights as safetensors shards that from_pretrained loads",
@@ -77,6 +78,10 @@ def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                         help="dtype of the written weights (default fp32)")
     export.add_argument("--max-shard-size", default="2GB", help="largest shard, as Hugging Face's (default 2GB)")
+    export.add_argument("--overwrite", action="store_true",
+                        help="write into a non-empty OUT that no export wrote, replacing only the files the export "
+                             "writes (an earlier export's OUT needs no flag)")
+    _add_trust_flag(export)
     add_action_json_flag(export)
     imported = actions.add_parser(
         "import", help="convert a DeepSpeed checkpoint (stages 1-3, any world size) into a zero checkpoint",
@@ -85,7 +90,14 @@ def _checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     imported.add_argument("dir", metavar="DS_DIR", help="DeepSpeed's save_dir, or one of its tag directories")
     imported.add_argument("out", metavar="OUT", help="the zero save_dir to write into (created if needed)")
     imported.add_argument("--tag", help="the DeepSpeed tag to import (default: the one `latest` names)")
+    _add_trust_flag(imported)
     add_action_json_flag(imported)
+
+
+def _add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust-checkpoint", action="store_true",
+                        help="read pickled objects the trust model refuses (objects of other classes), which runs "
+                             "what they name: only for checkpoints from a source you trust (docs/checkpoints.md)")
 
 
 def _run_checkpoint(args: argparse.Namespace) -> CommandResult:

@@ -48,7 +48,7 @@ def validation_problem(kind: str, context: Mapping[str, Any] | None, fallback: s
     if kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
         name, sign = _BOUNDS[kind]
         return f"must be {sign} {_number(ctx[name])}"
-    if kind == "literal_error":
+    if kind in ("literal_error", "enum"):
         return f"must be {ctx.get('expected')}".replace("'", '"')
     if kind in ("value_error", "assertion_error") and "error" in ctx:
         return str(ctx["error"])

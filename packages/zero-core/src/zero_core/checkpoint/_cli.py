@@ -20,10 +20,11 @@ def checkpoint_command(args: argparse.Namespace) -> CommandResult:
     if args.action == "import":
         return import_command(args)
     if args.action == "inspect":
-        data = inspect_checkpoints(args.dir, args.tag)
+        data = inspect_checkpoints(args.dir, args.tag, args.trust_checkpoint)
         complete = all(summary["complete"] for summary in data["tags"])
         return CommandResult(data, _inspect_text(data), exit_code=0 if complete else 1)
-    result = export_checkpoint(args.dir, args.out, args.tag, args.dtype, args.max_shard_size, progress=_progress)
+    result = export_checkpoint(args.dir, args.out, args.tag, args.dtype, args.max_shard_size, progress=_progress,
+                               overwrite=args.overwrite, trust_checkpoint=args.trust_checkpoint)
     return CommandResult(result, _export_text(result))
 
 
@@ -67,7 +68,12 @@ def _export_text(result: dict[str, Any]) -> str:
     lines = [f"exported {result['tensors']} tensors ({format_bytes(result['bytes'])}, {result['dtype']}) of "
              f"{result['checkpoint']} to {result['out']}: {files[0]}" +
              (f" ... {files[-1]} and model.safetensors.index.json" if len(files) > 1 else "")]
-    lines.append("config.json: copied from the checkpoint" if result["config"] else
-                 "config.json: the checkpoint has none (its model had no Hugging Face config); add the model's "
-                 "config.json to the directory before from_pretrained")
+    if result["config"]:
+        lines.append("config.json: copied from the checkpoint")
+    elif result["kept"]:
+        lines.append("config.json: the checkpoint has none; the config.json already in OUT (not written by this "
+                     "export) was kept: check that it is this model's")
+    else:
+        lines.append("config.json: the checkpoint has none (its model had no Hugging Face config); add the model's "
+                     "config.json to the directory before from_pretrained")
     return "\n".join(lines)

@@ -36,8 +36,10 @@ from zero_plugins import ZeroError
 
 from ._describe import FORMAT, Description
 from ._deepspeed_read import DeepSpeedCheckpoint, Param, is_deepspeed_checkpoint
-from ._publish import LATEST, prepare, publish, staging_directory
-from ._training import to_bytes
+from ._publish import LATEST, prepare, publish, read_latest
+from ._storable import check_engine_state
+from ._tags import check_tag
+from ._trust import save_object
 
 log = logging.getLogger("zero_core.checkpoint")
 
@@ -56,13 +58,15 @@ def resolve_deepspeed_tag(source: Path, tag: str | None) -> tuple[Path, str]:
     """(the tag directory, the tag) of a DeepSpeed checkpoint: `source` is its save directory (with
     `latest`, or given `tag`) or the tag directory itself (imported as `tag`, or under its own name)."""
     if is_deepspeed_checkpoint(source) and (tag is None or not (source / tag).is_dir()):
-        return source, tag or source.name
+        return source, check_tag(tag or source.resolve().name, "the imported tag (--tag, or the directory's name)")
     if tag is None:
         pointer = source / LATEST
         if not pointer.is_file():
             raise ZeroError(f"{source} is not a DeepSpeed checkpoint: it has neither a `{LATEST}` file nor "
                             "mp_rank_00_model_states.pt; pass the tag directory, or --tag")
-        tag = pointer.read_text(encoding="utf-8").strip()
+        tag = check_tag(read_latest(pointer), f"the `{LATEST}` file {pointer} names")
+    else:
+        check_tag(tag, "--tag")
     directory = source / tag
     if not is_deepspeed_checkpoint(directory):
         raise ZeroError(f"{directory} is not a DeepSpeed checkpoint tag directory (no mp_rank_00_model_states.pt "
@@ -71,14 +75,15 @@ def resolve_deepspeed_tag(source: Path, tag: str | None) -> tuple[Path, str]:
 
 
 def import_deepspeed_checkpoint(source: str | Path, out_dir: str | Path, tag: str | None = None,
-                                save_latest: bool = True) -> Path:
-    """Convert one tag of a DeepSpeed checkpoint to `<out_dir>/<tag>` (published atomically, as a save is)."""
+                                save_latest: bool = True, trust_checkpoint: bool = False) -> Path:
+    """Convert one tag of a DeepSpeed checkpoint to `<out_dir>/<tag>` (published atomically, as a save is).
+    Its files are read without running what they name unless `trust_checkpoint` (_deepspeed_pickle.py)."""
     directory, tag = resolve_deepspeed_tag(Path(source), tag)
-    checkpoint = DeepSpeedCheckpoint(directory)
+    checkpoint = DeepSpeedCheckpoint(directory, trust_checkpoint)
     out = Path(out_dir)
-    prepare(out, tag)
-    write_checkpoint(checkpoint, staging_directory(out, tag), tag)
-    return publish(out, tag, save_latest)
+    staging = prepare(out, tag)
+    write_checkpoint(checkpoint, staging, tag)
+    return publish(out, tag, staging, save_latest)
 
 
 def write_checkpoint(checkpoint: DeepSpeedCheckpoint, directory: Path, tag: str) -> Description:
@@ -109,7 +114,9 @@ def write_checkpoint(checkpoint: DeepSpeedCheckpoint, directory: Path, tag: str)
             add(f"buffer.{name}", buffer.numel(), buffer.dtype, partial(torch.reshape, buffer, (-1,)))
     state: dict[str, Any] = {key: torch.empty((), dtype=dtype).expand(shape) for key, (shape, dtype, _) in
                              loaders.items()}
-    state["training"] = to_bytes(training_state(checkpoint))
+    training = training_state(checkpoint)
+    check_engine_state(training)  # what a zero checkpoint holds must load without running code
+    state["training"] = save_object(training)
     with warnings.catch_warnings():  # "torch.distributed is disabled ...": one process writes, by design
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
         save(state, storage_writer=FileSystemWriter(directory, single_file_per_rank=False, sync_files=True),

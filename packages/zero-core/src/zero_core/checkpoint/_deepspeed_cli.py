@@ -1,7 +1,7 @@
 """The body of `zero checkpoint import DS_DIR OUT [--tag T]`: a DeepSpeed checkpoint rewritten as a zero one.
 
 Its arguments are declared with the other `zero checkpoint` actions' (zero_core._plugin), where building
-the parser imports no torch; `add_import_arguments` is what they are.
+the parser imports no torch.
 """
 from __future__ import annotations
 
@@ -10,26 +10,12 @@ import json
 
 from zero_plugins import CommandResult
 
-IMPORT_HELP = "convert a DeepSpeed checkpoint (stages 1-3, any world size) into a zero checkpoint"
-IMPORT_DESCRIPTION = (
-    "Read one tag of a checkpoint that DeepSpeed's engine.save_checkpoint wrote (ZeRO stages 1-3, fp32, bf16 or "
-    "fp16, any number of ranks) and write it to OUT/<tag> as a zero checkpoint, which engine.load_checkpoint(OUT) "
-    "loads at any world size and stage. Needs no DeepSpeed installed. DS_DIR is DeepSpeed's save_dir (the tag "
-    "`latest` names, or --tag) or a tag directory itself. Reads one tensor at a time.")
-
-
-def add_import_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `zero checkpoint import` (imports nothing heavy)."""
-    parser.add_argument("dir", metavar="DS_DIR", help="DeepSpeed's save_dir, or one of its tag directories")
-    parser.add_argument("out", metavar="OUT", help="the zero save_dir to write the checkpoint into (created if needed)")
-    parser.add_argument("--tag", help="the DeepSpeed tag to import (default: the one `latest` names)")
-
 
 def import_command(args: argparse.Namespace) -> CommandResult:
     from ._describe import Description
     from ._deepspeed import import_deepspeed_checkpoint
 
-    final = import_deepspeed_checkpoint(args.dir, args.out, args.tag)
+    final = import_deepspeed_checkpoint(args.dir, args.out, args.tag, trust_checkpoint=args.trust_checkpoint)
     description = Description.read(final)
     data = {"checkpoint": str(final), "tag": description.tag, "world_size": description.world_size,
             "stage": description.stage, "compute_dtype": description.compute_dtype,

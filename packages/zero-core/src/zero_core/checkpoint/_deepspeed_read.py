@@ -33,7 +33,7 @@ import torch
 from zero_plugins import ZeroError
 
 from ._deepspeed_pickle import attributes, enum_value, load_file
-from ._describe import DESCRIPTION
+from ._publish import DESCRIPTION
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 STAGE3_MODEL_STATES = "zero_pp_rank_{rank}_mp_rank_00_model_states.pt"
@@ -79,8 +79,9 @@ class Flat:
 class DeepSpeedCheckpoint:
     """What the converter needs of one DeepSpeed tag directory; tensors come memory-mapped, per parameter."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, trust_checkpoint: bool = False) -> None:
         self.directory = directory
+        self._trust = trust_checkpoint
         for pattern, what in _UNSUPPORTED_FILES.items():
             found = sorted(p.name for p in directory.iterdir() if pattern.match(p.name))
             if found:
@@ -92,10 +93,12 @@ class DeepSpeedCheckpoint:
                 raise ZeroError(f"{directory} holds {what}, which cannot be imported; import a checkpoint saved "
                                 "without NVMe optimizer offload, or the one the universal checkpoint was made from")
         stage3_file = directory / STAGE3_MODEL_STATES.format(rank=0)
-        self.model_states: dict[str, Any] = load_file(stage3_file if stage3_file.is_file() else directory / MODEL_STATES)
+        self.model_states: dict[str, Any] = load_file(stage3_file if stage3_file.is_file() else directory / MODEL_STATES,
+                                                      trust_checkpoint=trust_checkpoint)
         optim_files = self._optim_files()
         self.world_size = len(optim_files)
-        self._optim = [load_file(path)["optimizer_state_dict"] for path in optim_files]
+        self._optim = [load_file(path, trust_checkpoint=trust_checkpoint)["optimizer_state_dict"]
+                       for path in optim_files]
         first = self._optim[0]
         stage = enum_value(first.get("zero_stage", 1))  # BF16_Optimizer (stage 1) saves no stage
         self.stage = int(stage) if isinstance(stage, int) else 1
@@ -116,6 +119,10 @@ class DeepSpeedCheckpoint:
             self._read_stage12()
         self.compute_dtype = self._compute_dtype()
         self.frozen = self._frozen()
+        if not self.params and not self.frozen:
+            raise ZeroError(f"{directory} holds no weights: its model states name no parameters (trainable or frozen), "
+                            "so importing it would make an empty checkpoint; pass the tag directory of a complete "
+                            "DeepSpeed save")
         self._rank_model_states: dict[int, dict[str, Any]] = {0: self.model_states}
 
     # --- files ---
@@ -281,7 +288,8 @@ class DeepSpeedCheckpoint:
         pieces = []  # stage 3: every rank's model states file holds its partition of each frozen parameter
         for rank in range(self.world_size):
             if rank not in self._rank_model_states:
-                self._rank_model_states[rank] = load_file(self.directory / STAGE3_MODEL_STATES.format(rank=rank))
+                self._rank_model_states[rank] = load_file(self.directory / STAGE3_MODEL_STATES.format(rank=rank),
+                                                          trust_checkpoint=self._trust)
             pieces.append(self._rank_model_states[rank]["frozen_param_fragments"][name].reshape(-1))
         return torch.cat(pieces)[: math.prod(shape)]
 

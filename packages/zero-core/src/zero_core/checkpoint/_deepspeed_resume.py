@@ -17,15 +17,16 @@ from pathlib import Path
 import torch.distributed as dist
 from zero_plugins import ZeroError
 
-from ._describe import DESCRIPTION
+from ._publish import DESCRIPTION
 from ._deepspeed import import_deepspeed_checkpoint
 from ._deepspeed_read import is_deepspeed_checkpoint
-from ._publish import LATEST
+from ._publish import LATEST, read_latest
+from ._tags import tag_problem
 
 CONVERTED = ".zero-from-deepspeed"
 
 
-def deepspeed_as_zero(load_dir: Path, tag: str | None) -> tuple[Path, str | None]:
+def deepspeed_as_zero(load_dir: Path, tag: str | None, trust_checkpoint: bool) -> tuple[Path, str | None]:
     """The (load_dir, tag) to load: these, or for a DeepSpeed checkpoint those of its import (every rank calls it)."""
     located = _locate(load_dir, tag)
     if located is None:
@@ -34,7 +35,7 @@ def deepspeed_as_zero(load_dir: Path, tag: str | None) -> tuple[Path, str | None
     outcome: list[tuple[bool, str]] = [(False, "rank 0 did not answer")]
     if not dist.is_initialized() or dist.get_rank() == 0:
         try:
-            outcome[0] = (True, str(_imported(directory, tag)))
+            outcome[0] = (True, str(_imported(directory, tag, trust_checkpoint)))
         except (ZeroError, OSError) as error:
             outcome[0] = (False, str(error))
     if dist.is_initialized() and dist.get_world_size() > 1:
@@ -53,12 +54,14 @@ def _locate(load_dir: Path, tag: str | None) -> tuple[Path, str] | None:
         pointer = load_dir / LATEST
         if not pointer.is_file():
             return None
-        tag = pointer.read_text(encoding="utf-8").strip()
+        tag = read_latest(pointer)
+    if tag_problem(tag) is not None:
+        return None  # not a name: resolve_tag says why, for zero's and DeepSpeed's checkpoints alike
     directory = load_dir / tag
     return (directory, tag) if is_deepspeed_checkpoint(directory) else None
 
 
-def _imported(directory: Path, tag: str) -> Path:
+def _imported(directory: Path, tag: str, trust_checkpoint: bool) -> Path:
     """(Rank 0) the save directory holding the import of `directory` as `tag`, converting it unless already done."""
     newest = max(path.stat().st_mtime for path in directory.iterdir() if path.is_file())
     save_dir = directory.parent / CONVERTED
@@ -66,10 +69,10 @@ def _imported(directory: Path, tag: str) -> Path:
     if done.is_file() and done.stat().st_mtime >= newest:
         return save_dir
     try:
-        import_deepspeed_checkpoint(directory, save_dir, tag, save_latest=False)
+        import_deepspeed_checkpoint(directory, save_dir, tag, save_latest=False, trust_checkpoint=trust_checkpoint)
     except OSError as error:
         if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
         save_dir = Path(tempfile.mkdtemp(prefix="zero-from-deepspeed-"))
-        import_deepspeed_checkpoint(directory, save_dir, tag, save_latest=False)
+        import_deepspeed_checkpoint(directory, save_dir, tag, save_latest=False, trust_checkpoint=trust_checkpoint)
     return save_dir

@@ -13,9 +13,7 @@ from typing import Any
 
 from zero_plugins import ZeroError
 
-from ._publish import write_durably
-
-DESCRIPTION = "zero_checkpoint.json"
+from ._publish import DESCRIPTION, write_durably
 FORMAT = 1
 
 

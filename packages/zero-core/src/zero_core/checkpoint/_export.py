@@ -5,6 +5,11 @@ them as they are. Tied parameters are saved once, under their first name: HF's m
 the other (`tie_word_embeddings`). The shards are planned from the description's shapes before
 any data is read; then tensors are read one at a time and each shard is written as soon as it
 is full, so about one shard plus one tensor is in memory at most, whatever the model's size.
+
+An export never destroys what it did not write (_export_dir.py): OUT must be empty, new, or an earlier
+export's (its `zero_export.json` lists the files it wrote, and only those are replaced);
+`--overwrite` lets it write into another non-empty directory, replacing only the files it writes, and
+it still refuses where a weights file it would not replace would be loaded beside its own.
 """
 from __future__ import annotations
 
@@ -18,13 +23,11 @@ from typing import Any
 import torch
 from zero_plugins import ZeroError
 
+from ._export_dir import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, ExportDirectory
 from ._inspect import check_complete
 from ._read import SavedCheckpoint
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-CONFIG_FILE = "config.json"
 # Hugging Face's units (transformers.utils.convert_file_size_to_int): GB is 10**9, GiB 2**30.
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -57,17 +60,20 @@ def plan_shards(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, tag: str | None = None, dtype: str = "fp32",
-                      max_shard_size: str | int = "2GB", progress: Progress | None = None) -> dict[str, Any]:
+                      max_shard_size: str | int = "2GB", progress: Progress | None = None, overwrite: bool = False,
+                      trust_checkpoint: bool = False) -> dict[str, Any]:
     """Write `tag` of `checkpoint_dir` (default: the one `latest` names) to `out_dir` for `from_pretrained`;
-    returns what was written. Files of an earlier export in `out_dir` are replaced."""
+    returns what was written. Files of an earlier export in `out_dir` are replaced; another non-empty
+    `out_dir` is refused unless `overwrite`."""
     from safetensors.torch import save_file  # only the export needs it; `zero` itself starts without it
 
     if dtype not in DTYPES:
         raise ZeroError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     target = DTYPES[dtype]
     max_bytes = max_shard_size if isinstance(max_shard_size, int) else parse_size(max_shard_size)
-    checkpoint = SavedCheckpoint.open(checkpoint_dir, tag)
-    check_complete(checkpoint.directory)
+    out = ExportDirectory(Path(out_dir), overwrite)  # checked before anything is read
+    checkpoint = SavedCheckpoint.open(checkpoint_dir, tag, trust_checkpoint)
+    check_complete(checkpoint.directory, trust_checkpoint)
     params = checkpoint.description.params
     if not params:
         raise ZeroError(f"checkpoint {checkpoint.directory} saved no parameters")
@@ -75,9 +81,8 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, tag: str 
     shards = plan_shards(sizes, max_bytes)
     files = [SINGLE_FILE] if len(shards) == 1 else [f"model-{k:05d}-of-{len(shards):05d}.safetensors"
                                                     for k in range(1, len(shards) + 1)]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_earlier_export(out)
+    has_config = (checkpoint.directory / CONFIG_FILE).is_file()
+    out.begin([*files, *([INDEX_FILE] if len(shards) > 1 else []), *([CONFIG_FILE] if has_config else [])])
     done = 0
     for file, names in zip(files, shards):
         shard: dict[str, torch.Tensor] = {}  # rebinding frees the previous shard before this one is read
@@ -86,21 +91,17 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, tag: str 
             done += 1
             if progress is not None:
                 progress(done, len(params), name)
-        save_file(shard, str(out / file), metadata={"format": "pt"})
+        save_file(shard, str(out.path / file), metadata={"format": "pt"})
     total = sum(sizes.values())
     if len(shards) > 1:
         weight_map = {name: file for file, names in zip(files, shards) for name in names}
-        (out / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+        (out.path / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
                                                  indent=2) + "\n", encoding="utf-8")
-    config = _copy_config(checkpoint.directory, out, target)
-    return {"checkpoint": str(checkpoint.directory), "tag": checkpoint.tag, "out": str(out), "dtype": dtype,
-            "files": files, "tensors": len(params), "bytes": total, "config": config}
-
-
-def _remove_earlier_export(out: Path) -> None:
-    # A stale shard or index left next to the new ones would be loaded instead of (or with) them.
-    for path in [out / SINGLE_FILE, out / INDEX_FILE, *out.glob("model-*-of-*.safetensors")]:
-        path.unlink(missing_ok=True)
+    config = _copy_config(checkpoint.directory, out.path, target)
+    out.finish()
+    return {"checkpoint": str(checkpoint.directory), "tag": checkpoint.tag, "out": str(out.path), "dtype": dtype,
+            "files": files, "tensors": len(params), "bytes": total, "config": config,
+            "kept": out.kept_config}
 
 
 def _copy_config(directory: Path, out: Path, dtype: torch.dtype) -> bool:

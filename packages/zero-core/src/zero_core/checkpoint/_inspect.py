@@ -9,23 +9,30 @@ import math
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from zero_plugins import ZeroError
 
-from ._describe import DESCRIPTION, Description
-from ._publish import LATEST, list_tags, resolve_tag, tag_directory
+from ._describe import Description
+from ._publish import DESCRIPTION
+from ._deepspeed_read import is_deepspeed_checkpoint
+from ._publish import LATEST, list_tags, read_latest, resolve_tag, tag_directory
+from ._tags import tag_problem
+from ._trust import CheckpointReader
+from ._verify import file_problems
 
 DCP_METADATA = ".metadata"
 
 
-def inspect_checkpoints(save_dir: str | Path, tag: str | None = None) -> dict[str, Any]:
-    """Every tag of `save_dir` (or only `tag`), summarized: JSON-ready, as `zero checkpoint inspect --json` prints it."""
+def inspect_checkpoints(save_dir: str | Path, tag: str | None = None,
+                        trust_checkpoint: bool = False) -> dict[str, Any]:
+    """Every tag of `save_dir` (or only `tag`), summarized: JSON-ready, as `zero checkpoint inspect --json` prints it.
+    Nothing is unpickled but DCP's metadata, through the trust model's allowlist unless `trust_checkpoint`."""
     save_dir = Path(save_dir)
     if not save_dir.is_dir():
         raise ZeroError(f"{save_dir} is not a directory")
     latest_file = save_dir / LATEST
-    latest = latest_file.read_text(encoding="utf-8").strip() if latest_file.is_file() else None
+    latest = read_latest(latest_file) if latest_file.exists() else None
+    _refuse_deepspeed(save_dir, tag or (latest if latest is not None and tag_problem(latest) is None else None))
     if tag is not None:
         tags = [resolve_tag(save_dir, tag)]
     else:
@@ -36,11 +43,20 @@ def inspect_checkpoints(save_dir: str | Path, tag: str | None = None) -> dict[st
                             f"with --tag {save_dir.name}")
         raise ZeroError(f"no checkpoints in {save_dir}: it has no tag directories")
     return {"directory": str(save_dir), "latest": latest,
-            "latest_exists": latest is None or tag_directory(save_dir, latest) is not None,
-            "tags": [summarize(name, directory, latest == name) for name, directory in tags]}
+            "latest_exists": latest is None or (tag_problem(latest) is None and
+                                                tag_directory(save_dir, latest) is not None),
+            "tags": [summarize(name, directory, latest == name, trust_checkpoint) for name, directory in tags]}
 
 
-def summarize(tag: str, directory: Path, latest: bool) -> dict[str, Any]:
+def _refuse_deepspeed(save_dir: Path, tag: str | None) -> None:
+    """DeepSpeed's checkpoints are read by `zero checkpoint import`: listing them as broken zero ones would mislead."""
+    for candidate in (save_dir, *((save_dir / tag,) if tag is not None else ())):
+        if is_deepspeed_checkpoint(candidate):
+            raise ZeroError(f"{candidate} is a DeepSpeed checkpoint, not a zero one: convert it with `zero checkpoint "
+                            f"import {save_dir} OUT`, then inspect OUT (engine.load_checkpoint also loads it as it is)")
+
+
+def summarize(tag: str, directory: Path, latest: bool, trust_checkpoint: bool = False) -> dict[str, Any]:
     """One tag: how it was saved, whether it is complete (and if not, why), and its tensors by category."""
     summary: dict[str, Any] = {"tag": tag, "directory": str(directory), "latest": latest}
     problems: list[str] = []
@@ -49,14 +65,14 @@ def summarize(tag: str, directory: Path, latest: bool) -> dict[str, Any]:
         description = Description.read(directory)
     except ZeroError as error:
         problems.append(str(error))
-    metadata = _metadata(directory, problems)
+    metadata = _metadata(directory, problems, trust_checkpoint)
     if description is not None:
         summary.update(world_size=description.world_size, stage=description.stage,
                        compute_dtype=description.compute_dtype, frozen_excluded=description.frozen_excluded,
                        parameters=len(description.params),
                        parameter_elements=sum(math.prod(shape) for shape in description.params.values()))
     if metadata is not None:
-        problems += missing_files(directory, metadata)
+        problems += file_problems(directory, metadata)
         summary["categories"] = _categories(metadata)
         summary["objects"] = sum(1 for meta in metadata.state_dict_metadata.values()
                                  if not isinstance(meta, TensorStorageMetadata))
@@ -66,34 +82,22 @@ def summarize(tag: str, directory: Path, latest: bool) -> dict[str, Any]:
     return summary
 
 
-def missing_files(directory: Path, metadata: Metadata) -> list[str]:
-    """A line for each data file the metadata points into that is missing or shorter than what it holds."""
-    needed: dict[str, int] = {}
-    for info in (metadata.storage_data or {}).values():
-        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
-    problems = []
-    for name, size in sorted(needed.items()):
-        path = directory / name
-        if not path.is_file():
-            problems.append(f"{name} is missing")
-        elif path.stat().st_size < size:
-            problems.append(f"{name} is truncated: {path.stat().st_size} bytes, its data runs to {size}")
-    return problems
-
-
-def check_complete(directory: Path) -> None:
+def check_complete(directory: Path, trust_checkpoint: bool = False) -> None:
     """Raise one error naming what is missing, for commands that read a checkpoint's data."""
-    problems = summarize(directory.name, directory, latest=False)["problems"]
+    problems = summarize(directory.name, directory, False, trust_checkpoint)["problems"]
     if problems:
         raise ZeroError(f"checkpoint {directory} is incomplete: {'; '.join(problems)}")
 
 
-def _metadata(directory: Path, problems: list[str]) -> Metadata | None:
+def _metadata(directory: Path, problems: list[str], trust_checkpoint: bool) -> Metadata | None:
     if not (directory / DCP_METADATA).is_file():
         problems.append(f"{DCP_METADATA} (torch.distributed.checkpoint's index of the data) is missing")
         return None
     try:
-        return FileSystemReader(directory).read_metadata()
+        return CheckpointReader(directory, trust_checkpoint).read_metadata()
+    except ZeroError as error:  # the trust model refused it: a problem that is not "complete"
+        problems.append(str(error))
+        return None
     except Exception as error:  # a truncated or foreign pickle: report it, as every other problem
         problems.append(f"{DCP_METADATA} cannot be read ({type(error).__name__}: {error})")
         return None

@@ -5,39 +5,32 @@ import io
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load
-
 
 from ._deepspeed_resume import deepspeed_as_zero
 from ._describe import Description, check_model
 from ._entries import add_model, add_optimizer
 from ._pieces import EntryBuilder
 from ._publish import resolve_tag
+from ._training import TrainingEngine, create_optimizer_state, restore_counters, restore_optimizer, restore_rng
+from ._trust import CheckpointReader, load_object, save_object
 from ._verify import open_verified
-from ._training import (
-    TrainingEngine,
-    create_optimizer_state,
-    from_bytes,
-    restore_counters,
-    restore_optimizer,
-    restore_rng,
-    to_bytes,
-)
 
 
 def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | None = None,
                     load_module_strict: bool = True, load_optimizer_states: bool = True,
                     load_lr_scheduler_states: bool = True,
-                    load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
-    """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
-    load_dir, tag = deepspeed_as_zero(Path(load_dir), tag)  # DeepSpeed's checkpoint: its import (_deepspeed.py)
+                    load_module_only: bool = False, trust_checkpoint: bool = False) -> tuple[str, dict[str, Any]]:
+    """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it). Nothing the checkpoint
+    holds runs code unless `trust_checkpoint` (_trust.py)."""
+    # DeepSpeed's checkpoint: its import (_deepspeed.py)
+    load_dir, tag = deepspeed_as_zero(Path(load_dir), tag, trust_checkpoint)
     tag, directory = resolve_tag(Path(load_dir), tag)
     description = Description.read(directory)
     rank = engine.global_rank
-    reader, metadata = open_verified(directory)
+    reader, metadata = open_verified(directory, trust_checkpoint)
     saved_keys = set(metadata.state_dict_metadata)
-    training = from_bytes(_read_objects(reader, {"training": to_bytes(None)})["training"])
+    training = _read_object(reader, "training", trust_checkpoint)
     with_state = load_optimizer_states and not load_module_only
     if with_state:
         create_optimizer_state(engine, description.optimizer_state, training["optimizer_steps"])
@@ -57,14 +50,15 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
         restore_counters(engine, training)
         rng_key = f"rng.rank{rank % description.world_size}"
         if rng_key in saved_keys:  # an imported DeepSpeed checkpoint has none
-            restore_rng(from_bytes(_read_objects(reader, {rng_key: to_bytes(None)})[rng_key]))
+            restore_rng(_read_object(reader, rng_key, trust_checkpoint))
     return str(directory), dict(training["client_state"])
 
 
-def _read_objects(reader: FileSystemReader, objects: dict[str, io.BytesIO]) -> dict[str, io.BytesIO]:
-    """Load serialized objects alone (DCP's load is collective only for the process group it is given)."""
+def _read_object(reader: CheckpointReader, key: str, trust_checkpoint: bool) -> Any:
+    """One serialized object, alone (DCP's load is collective only for the process group it is given)."""
+    objects: dict[str, io.BytesIO] = {key: save_object(None)}
     load(objects, storage_reader=reader, no_dist=True)
-    return objects
+    return load_object(objects[key], f"the `{key}` object of checkpoint {reader.path}", trust_checkpoint)
 
 
 

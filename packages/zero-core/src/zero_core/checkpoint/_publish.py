@@ -1,50 +1,89 @@
-"""Where a checkpoint is written, and how it is published: nothing half-written is ever loadable.
+"""Where a checkpoint is written, and how it is published: nothing half-written is ever loadable, and nothing
+the save did not make is ever renamed or removed.
 
-A save writes into `<save_dir>/.<tag>.tmp`, makes every file durable (DCP fsyncs its files;
-the description and the directories are fsynced here), then renames the directory to
-`<tag>` and only then moves `latest` (written to a temporary name, fsynced, renamed). A save
-killed at any moment leaves the previous checkpoint and `latest` as they were; its
-temporary directory is removed by the next save. Replacing an existing tag renames the old
-one to `.<tag>.old` first, so a kill between the two renames leaves it loadable under that
-name (`tag_directory` finds it).
+A save writes into a staging directory of its own, `<save_dir>/.zero-staging-<run>-<n>` (`run`: 12 hex
+digits, one per saving process; `n`: the save's number in it), makes every file durable (DCP fsyncs its
+files; the description and the directories are fsynced here), then renames the directory to `<tag>` and
+only then moves `latest` (written to `<staging>.latest`, fsynced, renamed). A save killed at any moment
+leaves the previous checkpoint and `latest` as they were; its staging directory is removed by the next
+save of another process. Only names of that exact shape are ever cleaned: another program's `.x.tmp`
+is never touched.
+
+Replacing an existing tag renames the old one to `.zero-replaced-<run>-<n>` first, so a kill between the
+two renames leaves it loadable (`tag_directory` finds it by the tag its description names). An existing
+`<tag>` that is not a zero checkpoint is never replaced: the save refuses before anything is written.
 """
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import re
+import secrets
 import shutil
 from pathlib import Path
 
 from zero_plugins import ZeroError
 
+from ._tags import check_tag
+
 LATEST = "latest"
+DESCRIPTION = "zero_checkpoint.json"
+_STAGING_PREFIX, _REPLACED_PREFIX = ".zero-staging-", ".zero-replaced-"
+_RUN = secrets.token_hex(6)  # this process's saves; another process's leftovers are the only ones cleaned
+_OWNED = re.compile(r"\.zero-(staging|replaced)-([0-9a-f]{12})-\d+(\.latest)?")
+_SAVES = itertools.count(1)
 
 
-def staging_directory(save_dir: Path, tag: str) -> Path:
-    return save_dir / f".{tag}.tmp"
+def check_save_dir(save_dir: Path, tag: str) -> None:
+    """(Before anything is written) one error if `save_dir` cannot hold `tag`: a file, or a `<tag>` or `latest`
+    that is not zero's to replace."""
+    if save_dir.exists() and not save_dir.is_dir():
+        raise ZeroError(f"save_checkpoint: save_dir {save_dir} is a file, not a directory; pass a directory")
+    final = save_dir / tag
+    if final.exists() and not (final / DESCRIPTION).is_file():
+        raise ZeroError(f"save_checkpoint: {final} exists and is not a zero checkpoint, so it is not replaced; "
+                        "pass another tag, or move it away")
+    latest = save_dir / LATEST
+    if latest.exists() and not latest.is_file():
+        raise ZeroError(f"save_checkpoint: {latest} is not a file, so `latest` cannot be written there; move it "
+                        "away, or pass save_latest=False")
 
 
 def prepare(save_dir: Path, tag: str) -> Path:
-    """(Rank 0) an empty staging directory for `tag`, removing what a killed save left."""
+    """(Rank 0) check `save_dir`, remove what killed saves of other processes left, and make an empty staging
+    directory; returns it."""
+    check_save_dir(save_dir, tag)
     save_dir.mkdir(parents=True, exist_ok=True)
-    for leftover in save_dir.glob(".*.tmp"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    staging = staging_directory(save_dir, tag)
+    for leftover in save_dir.iterdir():
+        match = _OWNED.fullmatch(leftover.name)
+        if match is None or match.group(2) == _RUN or match.group(1) == "replaced":
+            continue  # not ours, this process's own (an async save may be writing it), or a tag's only copy
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+    staging = save_dir / f"{_STAGING_PREFIX}{_RUN}-{next(_SAVES)}"
     staging.mkdir()
     return staging
 
 
-def publish(save_dir: Path, tag: str, save_latest: bool) -> Path:
+def publish(save_dir: Path, tag: str, staging: Path, save_latest: bool) -> Path:
     """(Rank 0, after every rank has written) rename the staging directory to `tag`, then move `latest`."""
-    staging, final, old = staging_directory(save_dir, tag), save_dir / tag, save_dir / f".{tag}.old"
+    final = save_dir / tag
     _fsync(staging)
+    check_save_dir(save_dir, tag)  # again: another program may have made `<tag>` while the data was written
+    old = None
     if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
+        old = save_dir / f"{_REPLACED_PREFIX}{staging.name.removeprefix(_STAGING_PREFIX)}"
         os.rename(final, old)
     os.rename(staging, final)
     _fsync(save_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    for replaced in [old, *_replaced_copies(save_dir, tag)]:
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
     if save_latest:
-        pointer = save_dir / f".{LATEST}.tmp"
+        pointer = staging.with_name(f"{staging.name}.latest")
         write_durably(pointer, tag)
         os.rename(pointer, save_dir / LATEST)
         _fsync(save_dir)
@@ -53,12 +92,16 @@ def publish(save_dir: Path, tag: str, save_latest: bool) -> Path:
 
 def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
     """The tag asked for (or the one `latest` names) and its directory; a missing one is one error listing what is there."""
+    if not load_dir.is_dir():
+        raise ZeroError(f"no checkpoint to load in {load_dir}: it is not a directory")
     if tag is None:
         pointer = load_dir / LATEST
         if not pointer.is_file():
             raise ZeroError(f"no checkpoint to load in {load_dir}: it has no `{LATEST}` file; pass tag= "
                             f"(tags there: {', '.join(list_tags(load_dir)) or 'none'})")
-        tag = pointer.read_text(encoding="utf-8").strip()
+        tag = check_tag(read_latest(pointer), f"the `{LATEST}` file {pointer} names")
+    else:
+        check_tag(tag, "tag")
     directory = tag_directory(load_dir, tag)
     if directory is None:
         raise ZeroError(f"checkpoint tag {tag!r} is not in {load_dir} (tags there: "
@@ -66,11 +109,35 @@ def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
     return tag, directory
 
 
+def read_latest(pointer: Path) -> str:
+    """What a `latest` file names: a short text file (a tag is at most 255 bytes), never read whole when it is not."""
+    if not pointer.is_file():
+        raise ZeroError(f"{pointer} is not a regular file")
+    with open(pointer, "rb") as file:
+        content = file.read(1024)
+    try:
+        return content.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ZeroError(f"{pointer} is not a `latest` file: it is not UTF-8 text") from None
+
+
 def tag_directory(load_dir: Path, tag: str) -> Path | None:
-    for candidate in (load_dir / tag, load_dir / f".{tag}.old"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    """`<load_dir>/<tag>`, or the copy a save killed while replacing it left."""
+    if (load_dir / tag).is_dir():
+        return load_dir / tag
+    return next(iter(_replaced_copies(load_dir, tag)), None)
+
+
+def _replaced_copies(load_dir: Path, tag: str) -> list[Path]:
+    copies = []
+    for path in sorted(load_dir.glob(f"{_REPLACED_PREFIX}*")):
+        if _OWNED.fullmatch(path.name) and (path / DESCRIPTION).is_file():
+            try:
+                if json.loads((path / DESCRIPTION).read_text(encoding="utf-8")).get("tag") == tag:
+                    copies.append(path)
+            except (OSError, ValueError, AttributeError):
+                continue  # a damaged copy is not a tag's copy
+    return copies
 
 
 def list_tags(load_dir: Path) -> list[str]:

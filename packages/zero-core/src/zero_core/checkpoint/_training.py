@@ -1,18 +1,20 @@
 """What a checkpoint saves besides tensors: counters, hyperparameters, scheduler, loss scaler, RNG, client state.
 
-They go into the DCP checkpoint as serialized objects (torch.save into BytesIO): `training`
-(the same on every rank, written once), and `rng.rank<r>` (each rank's own generators; a
-rank that loads from a checkpoint of fewer ranks takes rank r mod N's).
+They go into the DCP checkpoint as serialized objects (torch.save into BytesIO, read back with torch's
+restricted `weights_only` load: _trust.py): `training` (the same on every rank, written once), and
+`rng.rank<r>` (each rank's own generators; a rank that loads from a checkpoint of fewer ranks takes
+rank r mod N's). What cannot be read back that way is refused at save time (_storable.py).
 """
 from __future__ import annotations
 
-import io
 import random
 from typing import Any, Protocol
 
 import torch
 
+from ..config import ZeroConfig
 from ..sharding import StagePolicy, SwappedMaster, ZeroOptimizer
+from ._storable import check_client_state, check_engine_state
 
 _COUNTERS = ("global_steps", "global_samples", "micro_steps", "skipped_steps")
 
@@ -24,6 +26,7 @@ class TrainingEngine(Protocol):
     optimizer: ZeroOptimizer
     lr_scheduler: Any
     policy: StagePolicy
+    zero_config: ZeroConfig
     compute_dtype: torch.dtype
     global_rank: int
     world_size: int
@@ -33,21 +36,24 @@ class TrainingEngine(Protocol):
     skipped_steps: int
 
 
-def training_state(engine: TrainingEngine, client_state: dict[str, Any] | None) -> dict[str, Any]:
+def training_state(engine: TrainingEngine, client_state: Any) -> dict[str, Any]:
+    """What `training` holds; one error naming the value when client_state (or a scheduler's state) cannot be stored."""
+    stored_client_state = check_client_state(client_state)
     optimizer = engine.optimizer
     steps = []
     for group in optimizer.groups:
         step = next((optimizer.state[p]["step"] for p in group.master.optimizer_params
                      if "step" in optimizer.state.get(p, {})), None)
         steps.append(step.clone() if isinstance(step, torch.Tensor) else step)
-    return {
+    state = {
         "counters": {name: getattr(engine, name) for name in _COUNTERS},
         "param_groups": [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups],
         "optimizer_steps": steps,
         "loss_scaler": optimizer.loss_scaler.state_dict(),
         "lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler is not None else None,
-        "client_state": client_state or {},
     }
+    check_engine_state(state)
+    return {**state, "client_state": stored_client_state}
 
 
 def rng_state() -> dict[str, Any]:
@@ -88,15 +94,3 @@ def create_optimizer_state(engine: TrainingEngine, names: list[str], steps: list
                     state[name] = torch.zeros_like(param)
             if step is not None:
                 state["step"] = step.clone() if isinstance(step, torch.Tensor) else step
-
-
-def to_bytes(value: Any) -> io.BytesIO:
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    buffer.seek(0)
-    return buffer
-
-
-def from_bytes(buffer: io.BytesIO) -> Any:
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=False)

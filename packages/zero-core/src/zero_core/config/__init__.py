@@ -4,6 +4,7 @@
 """
 from ._activation import ActivationCheckpointingConfig, check_contiguous
 from ._aio import AioConfig
+from ._checkpoint import CheckpointConfig, TagValidation
 from ._errors import ConfigError, IgnoredConfigKeysWarning
 from ._loader import load_config, read_config_file
 from ._model import ZeroConfig
@@ -17,6 +18,7 @@ __all__ = [
     "ActivationCheckpointingConfig",
     "AioConfig",
     "BF16Config",
+    "CheckpointConfig",
     "ConfigError",
     "FP16Config",
     "IgnoredConfigKeysWarning",
@@ -26,6 +28,7 @@ __all__ = [
     "OffloadParamConfig",
     "OptimizerConfig",
     "SchedulerConfig",
+    "TagValidation",
     "ZeroConfig",
     "ZeroOptimizationConfig",
     "read_config_file",

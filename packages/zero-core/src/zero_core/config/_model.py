@@ -8,6 +8,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 from ._activation import ActivationCheckpointingConfig
 from ._aio import AioConfig
 from ._base import ConfigModel
+from ._checkpoint import CheckpointConfig
 from ._nonfinite import NonFiniteStepsConfig
 from ._optim import OptimizerConfig, SchedulerConfig
 from ._precision import BF16Config, FP16Config
@@ -21,7 +22,6 @@ class ZeroConfig(ConfigModel):
     IGNORED = frozenset(
         {
             "autotuning",
-            "checkpoint",
             "comet",
             "comms_logger",
             "communication_data_type",
@@ -71,6 +71,9 @@ class ZeroConfig(ConfigModel):
         "sparse_attention": "sparse attention was removed from DeepSpeed",
         "sparse_gradients": "sparse embedding-gradient compression was removed from DeepSpeed",
     }
+    TRAINER_FILLS = frozenset(
+        {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping"}
+    )
 
     # None: not given; `load_config(..., world_size=N)` fills it from the other two, as DeepSpeed does.
     train_batch_size: PositiveInt | None = None
@@ -85,6 +88,7 @@ class ZeroConfig(ConfigModel):
     scheduler: SchedulerConfig | None = None
     zero_optimization: ZeroOptimizationConfig = Field(default_factory=ZeroOptimizationConfig)
     aio: AioConfig = Field(default_factory=AioConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     # None: the block is absent, and initialize leaves zero_core.checkpointing as it is.
     activation_checkpointing: ActivationCheckpointingConfig | None = None
     # zero's own: when steps skipped for non-finite gradients should stop the run.

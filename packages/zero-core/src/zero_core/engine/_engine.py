@@ -212,7 +212,7 @@ class ZeroEngine(torch.nn.Module):
         return self._passes.full_state_dict()
 
     # --- checkpoints ---
-    def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: str | None = None,
+    def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: object = None,
                         client_state: dict[str, Any] | None = None, save_latest: bool = True,
                         exclude_frozen_parameters: bool = False, async_save: bool = False) -> str:
         """DeepSpeed's call: the whole training state to `<save_dir>/<tag>` (docs/checkpoints.md). Every rank calls
@@ -235,13 +235,14 @@ class ZeroEngine(torch.nn.Module):
     def load_checkpoint(self, load_dir: str | os.PathLike[str], tag: str | None = None,
                         load_module_strict: bool = True, load_optimizer_states: bool = True,
                         load_lr_scheduler_states: bool = True,
-                        load_module_only: bool = False) -> tuple[str, dict[str, Any]]:
-        """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it)."""
+                        load_module_only: bool = False, trust_checkpoint: bool = False) -> tuple[str, dict[str, Any]]:
+        """DeepSpeed's call: returns (the checkpoint's path, the client_state saved with it). Opening it runs no code
+        the checkpoint names; `trust_checkpoint=True` (zero's own) lifts that, for sources you trust."""
         from ..checkpoint import load_checkpoint
 
         self._saver.wait()
         return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
-                               load_lr_scheduler_states, load_module_only)
+                               load_lr_scheduler_states, load_module_only, trust_checkpoint)
 
     def save_16bit_model(self, save_dir: str | os.PathLike[str], save_filename: str = "pytorch_model.bin",
                          exclude_frozen_parameters: bool = False) -> bool:
