@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from torch.distributed.checkpoint.state_dict_loader import load
+from zero_plugins import ZeroError
 
 from ._deepspeed_resume import deepspeed_as_zero
 from ._describe import Description, check_model
@@ -31,6 +32,9 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
     reader, metadata = open_verified(directory, trust_checkpoint)
     saved_keys = set(metadata.state_dict_metadata)
     training = _read_object(reader, "training", trust_checkpoint)
+    if not isinstance(training, dict) or not isinstance(training.get("client_state"), dict):
+        raise ZeroError(f"checkpoint {directory} is damaged: its `training` object is a {type(training).__name__}, "
+                        "not zero's training state; load an earlier tag")
     with_state = load_optimizer_states and not load_module_only
     if with_state:
         create_optimizer_state(engine, description.optimizer_state, training["optimizer_steps"])
