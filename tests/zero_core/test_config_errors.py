@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import pickle
 import re
+import typing
 
 import pytest
-from zero_core.config import ConfigError, load_config
+from zero_core.config import ConfigError, ZeroConfig, load_config
+from zero_core.config._base import ConfigModel
+from zero_core.config._params import OPTIMIZER_PARAMS, SCHEDULER_PARAMS
 from zero_plugins import ZeroError
 
 BAD = [
@@ -138,3 +141,143 @@ def test_missing_config_file(tmp_path):
     path = tmp_path / "nope.json"
     with pytest.raises(ConfigError, match=f"^config file {re.escape(str(path))}: not found$"):
         load_config(str(path))
+
+
+# "auto" outside the keys the Hugging Face Trainer fills in (issue #21): it read as the default, so a whole
+# `"zero_optimization": "auto"` or `"stage": "auto"` silently ran stage 0.
+AUTO_PROBLEM = 'must be a concrete value; "auto" is read only where the Hugging Face Trainer fills it in'
+NOT_FILLED = [
+    ({"zero_optimization": "auto"}, "zero_optimization"),
+    ({"zero_optimization": {"stage": "auto"}}, "zero_optimization.stage"),
+    ({"zero_optimization": {"stage": 3, "offload_param": "auto"}}, "zero_optimization.offload_param"),
+    ({"zero_optimization": {"overlap_comm": "auto"}}, "zero_optimization.overlap_comm"),
+    ({"fp16": "auto"}, "fp16"),
+    ({"fp16": {"enabled": True, "loss_scale": "auto"}}, "fp16.loss_scale"),
+    ({"optimizer": {"type": "auto"}}, "optimizer.type"),
+    ({"optimizer": {"type": "AdamW", "params": "auto"}}, "optimizer.params"),
+    ({"steps_per_print": "auto"}, "steps_per_print"),
+    ({"non_finite_steps": {"max_consecutive": "auto"}}, "non_finite_steps.max_consecutive"),
+]
+
+
+@pytest.mark.parametrize("raw, path", NOT_FILLED, ids=[case[1] for case in NOT_FILLED])
+def test_auto_where_the_trainer_fills_nothing_is_an_error_naming_the_key(raw, path):
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    assert info.value.path == path
+    assert str(info.value) == f'{path}: {AUTO_PROBLEM} (docs/config.md, "auto")'
+
+
+def test_auto_where_the_trainer_fills_it_still_means_deepspeeds_default():
+    config = load_config({
+        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                              "stage3_param_persistence_threshold": "auto"},
+    })
+    zero = config.zero_optimization
+    assert (config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps) == (
+        None, None, None)
+    assert (config.gradient_clipping, config.compute_dtype, zero.stage) == (1.0, "fp32", 3)
+    assert (zero.reduce_bucket_size, zero.stage3_prefetch_bucket_size, zero.stage3_param_persistence_threshold) == (
+        500_000_000, 50_000_000, 100_000)
+
+
+# Numbers no integer key can hold (issue #21): a whole float beyond int64 read "must be an integer of at most 4300
+# digits", and an int beyond a float's range crashed the optimizer-param checks with OverflowError.
+HUGE = [
+    ({"train_micro_batch_size_per_gpu": 1e19}, "train_micro_batch_size_per_gpu",
+     "must be <= 9223372036854775807 (got 1e+19)"),
+    ({"train_micro_batch_size_per_gpu": 10**19}, "train_micro_batch_size_per_gpu",
+     "must be <= 9223372036854775807 (got 10000000000000000000)"),
+    ({"train_micro_batch_size_per_gpu": float("1e400")}, "train_micro_batch_size_per_gpu",
+     "must be a finite number (got Infinity)"),
+    ({"train_micro_batch_size_per_gpu": 10**5000}, "train_micro_batch_size_per_gpu",
+     "must be <= 9223372036854775807 (got an integer of about 5001 digits)"),
+    ({"train_micro_batch_size_per_gpu": -(10**5000)}, "train_micro_batch_size_per_gpu",
+     "must be > 0 (got a negative integer of about 5001 digits)"),
+    ({"zero_optimization": {"reduce_bucket_size": 1e308}}, "zero_optimization.reduce_bucket_size",
+     "must be <= 9223372036854775807 (got 1e+308)"),
+    ({"fp16": {"initial_scale_power": 1e19}}, "fp16.initial_scale_power", "must be <= 64 (got 10000000000000000000)"),
+    ({"fp16": {"min_loss_scale": -(10**5000)}}, "fp16.min_loss_scale",
+     "must be >= -9223372036854775808 (got a negative integer of about 5001 digits)"),
+    ({"gradient_clipping": 10**400}, "gradient_clipping", "must be a finite number (got an integer of about 401 digits)"),
+    ({"optimizer": {"type": "Adam", "params": {"lr": 10**400}}}, "optimizer.params.lr",
+     "must be a finite number >= 0 (got an integer of about 401 digits)"),
+    ({"optimizer": {"type": "Adam", "params": {"betas": [0.9, -(10**400)]}}}, "optimizer.params.betas[1]",
+     "must be a number in [0, 1) (got a negative integer of about 401 digits)"),
+]
+
+
+@pytest.mark.parametrize("raw, path, problem", HUGE, ids=[f"{i}-{case[1]}" for i, case in enumerate(HUGE)])
+def test_a_number_beyond_any_key_is_one_error_naming_the_key(raw, path, problem):
+    with pytest.raises(ConfigError) as info:
+        load_config(raw, world_size=2)
+    assert str(info.value) == f"{path}: {problem}"
+
+
+@pytest.mark.parametrize("text", ["1e19", "10000000000000000000", "1e400"])
+def test_a_huge_number_in_a_file_names_the_key(tmp_path, text):
+    path = tmp_path / "ds_config.json"
+    path.write_text(f'{{"zero_optimization": {{"stage": 2, "reduce_bucket_size": {text}}}}}')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.path == "zero_optimization.reduce_bucket_size"
+    assert "4300" not in str(info.value)
+
+
+def _key_paths(model, prefix=()):
+    """Every key the config models read, as a tuple of keys (blocks and the keys inside them)."""
+    for key, field in model.key_names().items():
+        yield (*prefix, key)
+        block = next((c for c in (model.model_fields[field].annotation,
+                                  *typing.get_args(model.model_fields[field].annotation))
+                      if isinstance(c, type) and issubclass(c, ConfigModel)), None)
+        if block is not None and key == field:
+            yield from _key_paths(block, (*prefix, key))
+
+
+def _at(path, value):
+    raw = {"optimizer": {"type": "Adam"}, "scheduler": {"type": "WarmupLR"}} if path[0] in ("optimizer", "scheduler") else {}
+    node = raw
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return raw
+
+
+ALL_PATHS = [*_key_paths(ZeroConfig), *(("optimizer", "params", k) for k in OPTIMIZER_PARAMS),
+             *(("scheduler", "params", k) for k in SCHEDULER_PARAMS)]
+
+
+@pytest.mark.parametrize("value", [10**5000, -(10**5000), float("inf"), 1e19, 10**19],
+                         ids=["10**5000", "-10**5000", "inf", "1e19", "10**19"])
+def test_no_key_takes_a_number_beyond_int64_or_float_without_a_one_line_error(value):
+    for path in ALL_PATHS:
+        if len(path) == 2 and path[1] == "type" and path[0] in ("optimizer", "scheduler"):
+            continue  # the type names the block's class; not a number
+        try:
+            load_config(_at(path, value))
+        except ConfigError as error:
+            assert error.path.startswith(".".join(path)), (path, str(error))
+            assert "4300" not in str(error) and "\n" not in str(error), (path, str(error))
+        else:
+            # Only a float key with no upper bound may hold 1e19 (a learning rate, a static loss scale below 2**64).
+            assert value in (1e19, 10**19), path
+
+
+NVME = {"device": "nvme", "nvme_path": "/tmp/zero-swap", "buffer_count": 0}
+
+
+@pytest.mark.parametrize("block, problem", [
+    ("offload_param", "the parameter partitions are read into these buffers (DeepSpeed's default is 5)"),
+    ("offload_optimizer", "the optimizer state is swapped through these buffers (Adam needs 3"),
+])
+def test_nvme_offload_without_buffers_names_its_own_buffer_count(block, problem):
+    with pytest.raises(ConfigError) as info:
+        load_config({"zero_optimization": {"stage": 3, block: NVME}})
+    assert info.value.path == f"zero_optimization.{block}.buffer_count"
+    assert str(info.value).startswith(f'zero_optimization.{block}.buffer_count: must be >= 1 when device is "nvme": '
+                                      f"{problem}")
+    if block == "offload_param":
+        assert "optimizer" not in str(info.value)

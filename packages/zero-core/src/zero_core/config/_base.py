@@ -16,6 +16,9 @@ class ConfigModel(BaseModel):
     IGNORED: ClassVar[frozenset[str]] = frozenset()
     # DeepSpeed keys that DeepSpeed 0.19 itself rejects as removed features: key -> what happened to it.
     REMOVED: ClassVar[Mapping[str, str]] = {}
+    # Fields the Hugging Face Trainer fills in where a ds_config says "auto" (transformers' HfTrainerDeepSpeedConfig);
+    # zero reads "auto" there as DeepSpeed's default. "auto" anywhere else is an error naming the key.
+    TRAINER_FILLS: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def key_names(cls) -> dict[str, str]:

@@ -6,6 +6,14 @@ from ._model import ZeroConfig
 from ._params import OPTIMIZER_PARAMS, SCHEDULER_PARAMS, check_params
 
 
+# What the `buffer_count` buffers of an NVMe offload block hold, and how many it takes.
+_SWAP_BUFFERS = {
+    "offload_param": "the parameter partitions are read into these buffers (DeepSpeed's default is 5)",
+    "offload_optimizer": "the optimizer state is swapped through these buffers (Adam needs 3: the master and two "
+                         "state tensors per sub-group; DeepSpeed's default is 4)",
+}
+
+
 def check_consistency(config: ZeroConfig) -> None:
     """Raise ConfigError for settings that are valid one by one but not together, and for bad optimizer
     and scheduler params (free-form blocks, checked by name here)."""
@@ -34,6 +42,10 @@ def check_consistency(config: ZeroConfig) -> None:
                 f"zero_optimization.{name}.nvme_path",
                 'is required when device is "nvme"; set it to a directory on the NVMe drive',
             )
+        if block is not None and block.device == "nvme" and block.buffer_count == 0:
+            raise ConfigError(f"zero_optimization.{name}.buffer_count",
+                              f'must be >= 1 when device is "nvme": {_SWAP_BUFFERS[name]}')
+
 
 
 def drop_offload_unused_by_stage(config: ZeroConfig) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,10 +61,14 @@ def join_path(prefix: str, key: str) -> str:
 
 def show(value: Any, limit: int = 60) -> str:
     """A value as JSON would spell it (true, null, "cpu"), cut short so the message stays one line."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 160:
+        # Past ~48 digits the number would be cut short anyway, and Python refuses to print more than 4300 digits.
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits} digits"
     try:
         text = json.dumps(value, default=str)
     except (ValueError, TypeError, RecursionError):
-        # A circular or deeply nested structure, or an int too long to print.
+        # A circular or deeply nested structure.
         text = f"a {type(value).__name__}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

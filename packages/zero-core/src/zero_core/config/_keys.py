@@ -55,7 +55,8 @@ def _unknown_key(root: type[ConfigModel], model: type[ConfigModel], key: str, pa
 
 
 def screen(root: type[ConfigModel], data: Mapping[str, Any], ignored: list[str]) -> dict[str, Any]:
-    """`data` without its ignored keys (appended to `ignored`) and "auto" values; raises ConfigError on bad keys."""
+    """`data` without its ignored keys (appended to `ignored`) and the "auto" values the Hugging Face Trainer
+    fills in; raises ConfigError on bad keys and on "auto" anywhere else."""
     return _screen(root, root, data, "", ignored)
 
 
@@ -80,10 +81,14 @@ def _screen(
         if field_name in spelled:
             raise ConfigError(here, f'same setting as "{spelled[field_name]}"; keep one of them')
         spelled[field_name] = key
-        # "auto" (Hugging Face style) means "DeepSpeed's default"; for the batch sizes that default is
-        # "computed from the other two". A required key (optimizer.type) has no default to fall back to.
-        if value == AUTO and not model.model_fields[field_name].is_required():
-            continue
+        # "auto" (Hugging Face style) means "DeepSpeed's default" where the Trainer would fill it in; for the batch
+        # sizes that default is "computed from the other two". Elsewhere ("stage": "auto", a whole block) nothing
+        # fills it, and reading it as the default would silently run stage 0.
+        if isinstance(value, str) and value == AUTO:
+            if field_name in model.TRAINER_FILLS:
+                continue
+            raise ConfigError(here, 'must be a concrete value; "auto" is read only where the Hugging Face Trainer '
+                                    'fills it in (docs/config.md, "auto")')
         block = _block_type(model, field_name)
         if block is not None and isinstance(value, Mapping):
             value = _screen(root, block, value, here, ignored)

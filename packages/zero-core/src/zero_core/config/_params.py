@@ -9,6 +9,7 @@ Whole numbers written as floats (`"warmup_num_steps": 1e3`) become ints, as for 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -20,6 +21,11 @@ Check = Callable[[str, Any], Any]
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: int | float) -> bool:
+    # math.isfinite raises OverflowError on an int beyond a float's range (10**400): it is not finite as a float.
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
 
 
 def _fail(path: str, must: str, value: Any) -> ConfigError:
@@ -38,7 +44,7 @@ def number(low: float | None = None, high: float | None = None, *, low_open: boo
         must = "must be a finite number"
 
     def check(path: str, value: Any) -> Any:
-        if not _is_number(value) or not math.isfinite(value):
+        if not _is_number(value) or not _is_finite(value):
             raise _fail(path, must, value)
         if low is not None and (value < low or (low_open and value == low)):
             raise _fail(path, must, value)

@@ -14,6 +14,7 @@ class FP16Config(ConfigModel):
     """Mixed precision in float16 with loss scaling; `loss_scale: 0` selects dynamic scaling."""
 
     IGNORED = frozenset({"auto_cast", "fp16_master_weights_and_grads"})
+    TRAINER_FILLS = frozenset({"enabled"})
 
     enabled: Bool = False
     # 0: dynamic. A static scale as large as 1e30 overflows every fp16 gradient and skips every step; 2**64,
@@ -46,5 +47,6 @@ class BF16Config(ConfigModel):
     IGNORED = frozenset(
         {"immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads", "bf16_optimizer_states"}
     )
+    TRAINER_FILLS = frozenset({"enabled"})
 
     enabled: Bool = False

@@ -6,6 +6,7 @@ so integers and numbers refuse booleans and strings, and booleans are strict.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool
@@ -16,12 +17,18 @@ AUTO = "auto"
 def _json_int(value: Any) -> Any:
     if isinstance(value, (bool, str)):
         raise ValueError("must be an integer")
+    if isinstance(value, float) and value.is_integer() and abs(value) > MAX_INT:
+        # pydantic cannot hold a whole float beyond int64 (1e19) and would say "at most 4300 digits";
+        # as a Python int it meets the field's own bounds, which say what the key allows.
+        return int(value)
     return value
 
 
 def _json_float(value: Any) -> Any:
     if isinstance(value, (bool, str)):
         raise ValueError("must be a number")
+    if isinstance(value, int) and abs(value) > sys.float_info.max:
+        raise ValueError("must be a finite number")  # 10**400: no float holds it (pydantic: "must be a number")
     return value
 
 
@@ -42,9 +49,12 @@ Bool = StrictBool
 # 5e8 is a float in JSON; pydantic turns whole floats into ints and refuses 1.5.
 # 2**63 - 1 (int64): larger counts are typos, and torch could not hold them.
 MAX_INT = 2**63 - 1
-Int = Annotated[int, BeforeValidator(_json_int), Field(le=MAX_INT)]
-NonNegInt = Annotated[Int, Field(ge=0)]
-PositiveInt = Annotated[Int, Field(gt=0)]
+MIN_INT = -(2**63)
+_Integer = Annotated[int, BeforeValidator(_json_int), Field(le=MAX_INT)]
+# Each kind has one lower bound, so a huge negative number is told the key's own bound ("must be > 0").
+Int = Annotated[_Integer, Field(ge=MIN_INT)]
+NonNegInt = Annotated[_Integer, Field(ge=0)]
+PositiveInt = Annotated[_Integer, Field(gt=0)]
 Float = Annotated[float, BeforeValidator(_json_float), AfterValidator(_finite)]
 NonNegFloat = Annotated[Float, Field(ge=0)]
 # Free-form values handed to a constructor (optimizer/scheduler params): anything but "auto".
