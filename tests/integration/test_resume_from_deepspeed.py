@@ -258,3 +258,26 @@ def test_import_without_deepspeed_fp16_stage2(tmp_path: Path, monkeypatch: pytes
     assert training["loss_scaler"] == {"cur_scale": 1024.0, "cur_hysteresis": 1, "cur_iter": 7, "last_overflow_iter": 2}
     assert training["param_groups"] == [{"lr": 0.5, "eps": 1e-6}] and training["optimizer_steps"] == [6.0]
     assert training["lr_scheduler"] == {"last_batch_iteration": 6} and training["client_state"] == {"epoch": 3}
+
+
+def test_a_deepspeed_directory_without_weights_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Model states that name no parameter import as nothing: one error, not an empty checkpoint and rc 0."""
+    from collections import OrderedDict
+
+    from cli_helpers import run_main
+
+    tag_dir = tmp_path / "ds" / "global_step1"
+    tag_dir.mkdir(parents=True)
+    with monkeypatch.context() as patch:
+        _, stage_enum = _fake_deepspeed(patch)
+        torch.save({"module": {}, "buffer_names": [], "param_shapes": [OrderedDict()],
+                    "frozen_param_shapes": OrderedDict(), "shared_params": {}, "global_steps": 1,
+                    "ds_config": {}}, tag_dir / "mp_rank_00_model_states.pt")
+        torch.save({"optimizer_state_dict": {
+            "base_optimizer_state": {"state": {}, "param_groups": [{"lr": 0.5, "params": [0]}]},
+            "single_partition_of_fp32_groups": [torch.zeros(0)], "zero_stage": stage_enum.gradients,
+            "group_paddings": [0], "partition_count": [1]}}, tag_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    code, out, err = run_main(capsys, "checkpoint", "import", str(tag_dir), str(tmp_path / "zero"))
+    assert (code, out) == (2, "") and "holds no weights" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "zero").exists() or not any((tmp_path / "zero").iterdir())
