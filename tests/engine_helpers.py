@@ -92,3 +92,26 @@ def module_numels(model: torch.nn.Module) -> list[int]:
         if own:
             numels.append(sum(p.numel() for p in own))
     return numels
+
+
+SMALL_CONFIG: dict[str, Any] = {"train_micro_batch_size_per_gpu": 2,
+                                "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}, "zero_optimization": {"stage": 2}}
+
+
+def small_trained_engine(config: dict[str, Any] | None = None) -> Any:
+    """A two-layer MLP initialized with `config` (default SMALL_CONFIG) after one step: what checkpoint tests save."""
+    import zero_core
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+    engine, _, _, _ = zero_core.initialize(model=model, config=config or SMALL_CONFIG)
+    engine.backward(engine(torch.randn(2, 8)).pow(2).mean())
+    engine.step()
+    return engine
+
+
+def save_small_checkpoint(rank: int, world_size: int, root: str, tag: str, client_state: dict[str, Any]) -> None:
+    """(A rank) save `small_trained_engine()` as `tag` of `root`."""
+    engine = small_trained_engine()
+    engine.save_checkpoint(root, tag=tag, client_state=client_state)
+    engine.destroy()

@@ -20,14 +20,13 @@ import torch
 from zero_plugins import ZeroError
 
 from cli_helpers import run_main
+from engine_helpers import SMALL_CONFIG, save_small_checkpoint, small_trained_engine
 from multirank import run_ranks
 
 pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-CONFIG: dict[str, Any] = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
-                          "zero_optimization": {"stage": 2}}
 REFUSED_TAGS = ["", ".", "..", "a/../../x", "/abs/path", "..\\x", " x", "x ", "a\nb", "a\x00b", "x" * 256, ".hidden"]
 
 
@@ -56,17 +55,6 @@ def test_the_issues_tags_are_refused_naming_the_rule(tag: str) -> None:
     assert len(str(caught.value).splitlines()) == 1
 
 
-def _engine() -> Any:
-    import zero_core
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
-    engine, _, _, _ = zero_core.initialize(model=model, config=CONFIG)
-    engine.backward(engine(torch.randn(2, 8)).pow(2).mean())
-    engine.step()
-    return engine
-
-
 def _attempt(action: Any) -> str:
     try:
         action()
@@ -76,7 +64,7 @@ def _attempt(action: Any) -> str:
 
 
 def _one_rank_paths(rank: int, world_size: int, root: str, outside: str) -> dict[str, str]:
-    engine = _engine()
+    engine = small_trained_engine()
     save_dir = Path(root)
     results = {f"tag {tag!r}": _attempt(lambda t=tag: engine.save_checkpoint(root, tag=t)) for tag in
                [*REFUSED_TAGS, outside]}
@@ -118,12 +106,7 @@ def test_tags_and_latest_never_reach_outside_save_dir(tmp_path: Path) -> None:
 
 
 def _different_tags(rank: int, world_size: int, root: str, mode: str) -> str:
-    import zero_core
-
-    torch.manual_seed(0)
-    config = {**CONFIG, "checkpoint": {"tag_validation": mode}}
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
-    engine, _, _, _ = zero_core.initialize(model=model, config=config)
+    engine = small_trained_engine({**SMALL_CONFIG, "checkpoint": {"tag_validation": mode}})
     result = _attempt(lambda: engine.save_checkpoint(root, tag=f"step-of-rank{rank}"))
     if result == "ok":
         engine.load_checkpoint(root)
@@ -141,16 +124,10 @@ def test_ranks_with_different_tags_fail_together_before_writing(tmp_path: Path) 
     assert sorted(p.name for p in (tmp_path / "warn").iterdir()) == ["latest", "step-of-rank0"]
 
 
-def _save_one(rank: int, world_size: int, root: str) -> None:
-    engine = _engine()
-    engine.save_checkpoint(root, tag="t")
-    engine.destroy()
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("paths") / "checkpoints"
-    run_ranks(_save_one, 1, str(root), timeout=120)
+    run_ranks(save_small_checkpoint, 1, str(root), "t", {}, timeout=120)
     return root
 
 

@@ -22,11 +22,8 @@ import torch
 from zero_plugins import ZeroError
 
 from cli_helpers import run_main
+from engine_helpers import save_small_checkpoint, small_trained_engine
 from multirank import run_ranks
-
-CONFIG = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
-          "zero_optimization": {"stage": 2}}
-
 
 class Payload:
     """Unpickling this runs a shell command that makes `marker`."""
@@ -38,28 +35,11 @@ class Payload:
         return os.system, (f"touch {self.marker}",)
 
 
-def _engine() -> Any:
-    import zero_core
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
-    engine, _, _, _ = zero_core.initialize(model=model, config=CONFIG)
-    engine.backward(engine(torch.randn(2, 8)).pow(2).mean())
-    engine.step()
-    return engine
-
-
-def _save(rank: int, world_size: int, root: str) -> None:
-    engine = _engine()
-    engine.save_checkpoint(root, tag="good", client_state={"epoch": 3, "mask": torch.ones(2), "seen": {1, 2},
-                                                            "pair": (0.5, "a"), "nested": {"k": [None, b"x"]}})
-    engine.destroy()
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("trust") / "checkpoints"
-    run_ranks(_save, 1, str(root), timeout=120)
+    client_state = {"epoch": 3, "mask": torch.ones(2), "seen": {1, 2}, "pair": (0.5, "a"), "nested": {"k": [None, b"x"]}}
+    run_ranks(save_small_checkpoint, 1, str(root), "good", client_state, timeout=120)
     return root
 
 
@@ -71,7 +51,7 @@ def _tampered_metadata(saved: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _load(rank: int, world_size: int, root: str, trust: bool) -> str:
-    engine = _engine()
+    engine = small_trained_engine()
     try:
         engine.load_checkpoint(root, trust_checkpoint=trust)
         return "loaded"
@@ -82,7 +62,7 @@ def _load(rank: int, world_size: int, root: str, trust: bool) -> str:
 
 
 def _client_state(rank: int, world_size: int, root: str) -> dict[str, Any]:
-    engine = _engine()
+    engine = small_trained_engine()
     _, client_state = engine.load_checkpoint(root)
     engine.destroy()
     return dict(client_state)
@@ -119,7 +99,7 @@ def _save_with_training_payload(rank: int, world_size: int, root: str, marker: s
         return real(Payload(Path(marker))) if isinstance(value, dict) and "counters" in value else real(value)
 
     _save.save_object = tampered
-    engine = _engine()
+    engine = small_trained_engine()
     engine.save_checkpoint(root, tag="evil")
     engine.destroy()
 
@@ -137,7 +117,7 @@ def test_a_replaced_training_object_runs_only_when_trusted(tmp_path: Path) -> No
 def _refused_client_states(rank: int, world_size: int, root: str) -> list[str]:
     import numpy
 
-    engine = _engine()
+    engine = small_trained_engine()
     messages = []
     for client_state in ({"fn": lambda: 1}, [1, 2], {"rng": numpy.zeros(3)}, {"deep": {"gen": torch.Generator()}}):
         try:
