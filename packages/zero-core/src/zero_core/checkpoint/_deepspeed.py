@@ -36,7 +36,7 @@ from zero_plugins import ZeroError
 
 from ._describe import FORMAT, Description
 from ._deepspeed_read import DeepSpeedCheckpoint, Param, is_deepspeed_checkpoint
-from ._publish import LATEST, prepare, publish, read_latest
+from ._publish import LATEST, check_save_dir, prepare, publish, read_latest
 from ._storable import check_engine_state
 from ._tags import check_tag
 from ._trust import save_object
@@ -79,8 +79,9 @@ def import_deepspeed_checkpoint(source: str | Path, out_dir: str | Path, tag: st
     """Convert one tag of a DeepSpeed checkpoint to `<out_dir>/<tag>` (published atomically, as a save is).
     Its files are read without running what they name unless `trust_checkpoint` (_deepspeed_pickle.py)."""
     directory, tag = resolve_deepspeed_tag(Path(source), tag)
-    checkpoint = DeepSpeedCheckpoint(directory, trust_checkpoint)
     out = Path(out_dir)
+    check_save_dir(out, tag)  # before the DeepSpeed files are read
+    checkpoint = DeepSpeedCheckpoint(directory, trust_checkpoint)
     staging = prepare(out, tag)
     write_checkpoint(checkpoint, staging, tag)
     return publish(out, tag, staging, save_latest)

@@ -39,14 +39,14 @@ def check_save_dir(save_dir: Path, tag: str) -> None:
     """(Before anything is written) one error if `save_dir` cannot hold `tag`: a file, or a `<tag>` or `latest`
     that is not zero's to replace."""
     if save_dir.exists() and not save_dir.is_dir():
-        raise ZeroError(f"save_checkpoint: save_dir {save_dir} is a file, not a directory; pass a directory")
+        raise ZeroError(f"checkpoint directory {save_dir} is a file, not a directory; pass a directory")
     final = save_dir / tag
     if final.exists() and not (final / DESCRIPTION).is_file():
-        raise ZeroError(f"save_checkpoint: {final} exists and is not a zero checkpoint, so it is not replaced; "
+        raise ZeroError(f"{final} exists and is not a zero checkpoint, so it is not replaced; "
                         "pass another tag, or move it away")
     latest = save_dir / LATEST
     if latest.exists() and not latest.is_file():
-        raise ZeroError(f"save_checkpoint: {latest} is not a file, so `latest` cannot be written there; move it "
+        raise ZeroError(f"{latest} is not a file, so `latest` cannot be written there; move it "
                         "away, or pass save_latest=False")
 
 
