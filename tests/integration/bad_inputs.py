@@ -6,7 +6,9 @@ the message must hold. CLI: `zero ARGS` -> the flag, file or key the error must 
 ENV: `zero ARGS` with one environment variable set -> the variable the error must name.
 
 In CLI and ENV, "{name}" stands for a file the test writes first (FILES: name -> its bytes; "dir" is a
-directory). Add a case by adding a line; nothing else changes.
+directory; SPECIAL_FILES are made by the test: "fifo" a named pipe, which blocks a plain read forever,
+and "oversized" a sparse file one byte over the 16 MiB a config file may hold). Add a case by adding a
+line; nothing else changes.
 """
 from __future__ import annotations
 
@@ -170,7 +172,20 @@ FILES: dict[str, bytes] = {
     "aio_bad": b'{"aio": {"queue_depth": 0}}',
     "hf_bad": b'{"model_type": "llama", "hidden_size": "wide"}',
     "hf_unknown": b'{"model_type": "nosuch"}',
+    # config.json values beyond what the --layers/--hidden-size/--heads/--vocab-size flags accept
+    "hf_wide": b'{"model_type": "llama", "hidden_size": 1e12}',
+    "hf_deep": b'{"model_type": "gpt2", "n_layer": 10000000}',
+    "hf_negative": b'{"model_type": "llama", "num_hidden_layers": -2}',
+    "hf_fraction": b'{"model_type": "llama", "hidden_size": 4096.5}',
+    "hf_quoted": b'{"model_type": "gpt2", "n_head": "12"}',
+    "hf_vocab": b'{"model_type": "gpt2", "vocab_size": 1e9}',
+    "hf_heads": b'{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 3}',
+    "hf_kv_heads": b'{"model_type": "qwen2", "num_key_value_heads": 5}',
+    "hf_dropout": b'{"model_type": "gpt2", "attn_pdrop": 5}',
+    "hf_too_many_params": b'{"model_type": "llama", "hidden_size": 1048576, "num_hidden_layers": 10000}',
 }
+# Made by the test itself (see the docstring); the names are used like FILES' ones.
+SPECIAL_FILES = ("fifo", "oversized")
 
 # load_config(source) for a source that is not a good ds_config: a file above ("file:NAME"), or an object.
 # The message must hold the word; for a file, its name too, unless the word is a key inside it.
@@ -186,6 +201,9 @@ SOURCES: list[tuple[object, str]] = [
     ("file:huge_int", "not valid JSON"),
     ("file:lr_inf", "optimizer.params.lr"),
     ("file:nosuch", "not found"),
+    ("file:fifo", "named pipe"),
+    ("file:oversized", "16 MiB"),
+    ("/dev/zero", "character device"),
     ("dir", "directory"),
     ([{"train_batch_size": 8}], "list"),
     (8, "int"),
@@ -205,6 +223,25 @@ CLI: list[tuple[list[str], str]] = [
     (["estimate", "--config", "{hf_bad}"], "hidden_size"),
     (["estimate", "--config", "{hf_unknown}"], "nosuch"),
     (["estimate", "--config", "{dir}"], "config.json"),
+    (["estimate", "--config", "{fifo}"], "named pipe"),
+    (["estimate", "--config", "/dev/zero"], "character device"),
+    (["estimate", "--config", "{oversized}"], "16 MiB"),
+    (["estimate", "--config", "{hf_wide}"], "hidden_size"),
+    (["estimate", "--config", "{hf_deep}"], "n_layer"),
+    (["estimate", "--config", "{hf_negative}"], "num_hidden_layers"),
+    (["estimate", "--config", "{hf_fraction}"], "hidden_size"),
+    (["estimate", "--config", "{hf_quoted}"], "n_head"),
+    (["estimate", "--config", "{hf_vocab}"], "vocab_size"),
+    (["estimate", "--config", "{hf_heads}"], "num_attention_heads"),
+    (["estimate", "--config", "{hf_kv_heads}"], "num_key_value_heads"),
+    (["estimate", "--config", "{hf_dropout}"], "attn_pdrop"),
+    (["estimate", "--config", "{hf_too_many_params}"], "1e15"),
+    (["estimate", "--params", "7B", "--ds-config", "{fifo}"], "--ds-config"),
+    (["estimate", "--params", "7B", "--ds-config", "{oversized}"], "--ds-config"),
+    (["estimate", "--params", "7B", "--layers", "32", "--hidden-size", "4096", "--heads", "3"], "--heads"),
+    (["estimate", "--params", "7B", "--layers", "1e7", "--hidden-size", "4096", "--heads", "32"], "--layers"),
+    (["estimate", "--params", "7B", "--layers", "32", "--hidden-size", "4096", "--heads", "32", "--vocab-size", "1e9"],
+     "--vocab-size"),
     (["estimate", "--params", "7B", "--ds-config", "{binary}"], "--ds-config"),
     (["estimate", "--params", "7B", "--ds-config", "{truncated}"], "--ds-config"),
     (["estimate", "--params", "1e16"], "--params"),
@@ -242,6 +279,7 @@ CLI: list[tuple[list[str], str]] = [
     (["plan", "--params", "7B", "--gpu-memory", "80GB", "--cpu-memory", "2PB"], "--cpu-memory"),
     (["plan", "--params", "7B", "--gpu-memory", "80GB", "--nvme", "5000TB"], "--nvme"),
     (["plan", "--params", "7B", "--gpu-memory", "80GB", "--gpus", "1e7"], "--gpus"),
+    (["plan", "--config", "{fifo}", "--gpu-memory", "80GB"], "named pipe"),
     # zero checkpoint
     (["checkpoint"], "ACTION"),
     (["checkpoint", "nosuch"], "nosuch"),
@@ -261,6 +299,17 @@ CLI: list[tuple[list[str], str]] = [
     (["profile", "--model", "pythia-tiny", "--ds-config", "{binary}"], "binary"),
     (["profile", "--model", "pythia-tiny", "--ds-config", "{nosuch}"], "nosuch"),
     (["profile", "--model", "pythia-tiny", "--ds-config", "{lr_inf}"], "optimizer.params.lr"),
+    (["profile", "--model", "pythia-tiny", "--ds-config", "{fifo}"], "named pipe"),
+    (["profile", "--model", "pythia-tiny", "--ds-config", "{oversized}"], "16 MiB"),
+    (["profile", "--model", "{fifo}"], "--model"),
+    (["profile", "--model", "/dev/zero"], "character device"),
+    (["profile", "--model", "{deep}"], "nested"),
+    (["profile", "--model", "{hf_bad}", "--lora-rank", "4"], "hidden_size"),
+    # an output path is checked before the run, not at its end
+    (["profile", "--model", "pythia-tiny", "--html", "{nosuch}/report.html"], "--html"),
+    (["profile", "--model", "pythia-tiny", "--html", "{dir}"], "--html"),
+    (["profile", "--model", "pythia-tiny", "--html", "{binary}/report.html"], "--html"),
+    (["profile", "--model", "pythia-tiny", "--html", "/sys/report.html"], "--html"),  # sysfs: even root cannot
     # zero swap
     (["swap", "bench", "--path", "{nosuch}"], "--path"),
     (["swap", "bench", "--path", "{binary}"], "--path"),
@@ -271,6 +320,8 @@ CLI: list[tuple[list[str], str]] = [
     (["swap", "bench", "--path", "{dir}", "--queue-depth", "-3"], "--queue-depth"),
     (["swap", "bench", "--path", "{dir}", "--config", "{binary}"], "binary"),
     (["swap", "bench", "--path", "{dir}", "--config", "{aio_bad}"], "aio.queue_depth"),
+    (["swap", "bench", "--path", "{dir}", "--config", "{fifo}"], "named pipe"),
+    (["swap", "bench", "--path", "/sys", "--size", "1MiB"], "--path"),  # no file can be created there
     (["swap", "bench", "/some/dir"], "/some/dir"),
     (["swap", "nosuch"], "nosuch"),
     # zero pin, and the command itself

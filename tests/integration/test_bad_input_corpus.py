@@ -2,10 +2,12 @@
 exit status 2 from the `zero` command. Never a traceback, never a silent run.
 
 The CLI cases run in this process (zero_cli.main); only the environment-variable cases start a fresh
-interpreter, because the accelerator and backend selections are read once per process.
+interpreter, because the accelerator and backend selections are read once per process. A named pipe
+blocks a plain read forever, so the cases that read files run under a timeout: a hang fails them.
 """
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 from pathlib import Path
@@ -13,7 +15,8 @@ from pathlib import Path
 import pytest
 from zero_core.config import ConfigError, load_config
 
-from bad_inputs import CLI, CONFIGS, ENV, FILES, SOURCES
+from bad_inputs import CLI, CONFIGS, ENV, FILES, SOURCES, SPECIAL_FILES
+from zero_plugins import MAX_CONFIG_BYTES
 from cli_helpers import run_main, run_zero
 
 PYDANTIC_WORDING = ("Input should be", "validation error for", "type=", "For further information visit")
@@ -27,6 +30,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for name, content in FILES.items():
         (folder / name).write_bytes(content)
         paths[name] = str(folder / name)
+    os.mkfifo(folder / "fifo")  # nothing ever writes to it: a read that waits for a writer never ends
+    with open(folder / "oversized", "wb") as oversized:
+        oversized.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no 16 MiB written
+    paths.update({name: str(folder / name) for name in SPECIAL_FILES})
     return paths
 
 
@@ -52,6 +59,11 @@ def test_bad_ds_configs_are_one_config_error_naming_the_key(config: dict[str, An
     assert key in message, message
 
 
+# Seconds a file-reading case may take: a blocked read of the FIFO fails here instead of stalling the suite.
+READ_TIMEOUT = 60
+
+
+@pytest.mark.timeout(READ_TIMEOUT)
 @pytest.mark.parametrize(("source", "word"), SOURCES, ids=[f"source-{i}" for i in range(len(SOURCES))])
 def test_bad_config_sources_are_one_config_error(files: dict[str, str], source: object, word: str) -> None:
     if isinstance(source, str) and source.startswith("file:"):
@@ -74,6 +86,7 @@ def _argv(args: list[str], files: dict[str, str]) -> list[str]:
     return [arg.format(**files) if "{" in arg else arg for arg in args]
 
 
+@pytest.mark.timeout(READ_TIMEOUT)
 @pytest.mark.parametrize(("args", "named"), CLI, ids=[" ".join(args) for args, _ in CLI])
 def test_bad_cli_arguments_exit_2_with_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str],
                                                                files: dict[str, str], args: list[str],
@@ -96,6 +109,14 @@ def test_bad_environment_variables_exit_2_naming_the_variable(files: dict[str, s
     assert result.returncode == 2, (result.returncode, result.stderr)
     _one_line(result.stderr)
     assert variable in result.stderr and value in result.stderr, result.stderr
+
+
+def test_a_fifo_config_ends_the_command_at_once(files: dict[str, str]) -> None:
+    # A fresh interpreter with a hard timeout: a read that blocks on the pipe is killed and fails the test.
+    result = run_zero("estimate", "--config", files["fifo"], timeout=READ_TIMEOUT)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"zero: error: cannot read {files['fifo']}: is a named pipe (FIFO), not a regular file; "
+                             "save the config to a file and pass that\n")
 
 
 def test_the_corpus_is_large() -> None:

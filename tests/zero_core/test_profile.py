@@ -8,6 +8,7 @@ HTML report well-formed with one allocator line per phase, and bad arguments rej
 """
 from __future__ import annotations
 
+import argparse
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from cli_helpers import run_zero
-from zero_core.profile import profile_text
+from cli_helpers import run_main, run_zero
+from zero_core.profile import Setting, profile_text
 
 TINY = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 64}
@@ -148,3 +149,34 @@ def test_a_bad_ds_config_fails_before_any_rank_starts(tmp_path: Path) -> None:
     config.write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": "big"}}))
     done = run_zero("profile", "--model", "pythia-tiny", "--ds-config", str(config))
     assert done.returncode == 2 and "reduce_bucket_size" in done.stderr and "zero profile:" not in done.stderr
+
+
+def test_an_unwritable_html_path_is_refused_before_the_model_is_read(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "missing" / "report.html"
+    code, out, err = run_main(capsys, "profile", "--model", str(tmp_path / "no-such-config"), "--html", str(page))
+    assert (code, out) == (2, "")
+    assert err == f"zero: error: --html {page}: {tmp_path / 'missing'} does not exist; create that directory first\n"
+
+
+def test_auto_batch_keys_of_the_ds_config_read_as_left_out(tmp_path: Path) -> None:
+    from zero_core._plugin import _profile_arguments
+    from zero_core.profile._cli import request_from_args
+
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}))
+    parser = argparse.ArgumentParser()
+    _profile_arguments(parser)
+    request = request_from_args(parser.parse_args(["--model", "pythia-tiny", "--ds-config", str(ds)]))
+    assert request.micro_batch == 1 and request.settings == (Setting(0),)
+    config = request.config_for(request.settings[0])
+    assert (config["train_micro_batch_size_per_gpu"], config["train_batch_size"]) == (1, 2)
+
+
+def test_a_config_hidden_size_that_is_no_count_is_named_with_lora(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps({**TINY, "hidden_size": "wide"}))
+    code, _, err = run_main(capsys, "profile", "--model", str(model), "--lora-rank", "4", "--seq-len", "32")
+    assert (code, err) == (2, f"zero: error: --model {model}: hidden_size must be a positive whole number "
+                              "(got 'wide')\n")

@@ -176,7 +176,7 @@ def test_load_ds_config_reads_a_json_object(tmp_path):
     ("content", "fragment"),
     [
         (None, "cannot read"),
-        (b"\xff\xfe{}", "is not UTF-8 text"),
+        (b"\xff\xfe{}", "not UTF-8 text (byte 0); save it as UTF-8"),
         # json's own wording and position of a trailing comma differ between Python 3.12 and 3.13
         (b'{\n "stage": 2,\n}', "is not valid JSON: "),
         (b"[1, 2]", "holds an array, not an object"),

@@ -111,7 +111,7 @@ def test_bad_input_is_one_line_naming_the_problem_and_exits_2(capsys, args, mess
         (None, "cannot read"),
         ('{"model_type": "gpt2", "n_layer": ', "is not valid JSON: Expecting value at line 1 column 35"),
         ('{"model_type": "falcon"}', "model_type: unknown model type 'falcon'; choose from: bert, gpt2"),
-        ('{"model_type": "llama", "hidden_size": -1}', "hidden_size: must be > 0 (got -1)"),
+        ('{"model_type": "llama", "hidden_size": -1}', "hidden_size: must be at least 1 (got -1)"),
     ],
 )
 def test_bad_config_files_are_one_line_and_exit_2(capsys, tmp_path, content, message):

@@ -64,7 +64,7 @@ def test_config_file_and_model_folder_are_read(tmp_path):
         ({"hidden_size": 8}, "no model_type key; supported model types: bert, gpt2"),
         ({"model_type": "falcon"}, "model_type: unknown model type 'falcon'; choose from"),
         ({"model_type": "lama"}, "did you mean 'llama'?"),
-        ({"model_type": "gpt2", "n_layer": 0}, "n_layer: must be > 0 (got 0)"),
+        ({"model_type": "gpt2", "n_layer": 0}, "n_layer: must be at least 1 (got 0)"),
         ({"model_type": "bert", "hidden_size": 100}, "hidden_size (100) must be a multiple of num_attention_heads"),
         ({"model_type": "llama", "num_key_value_heads": 5}, "num_attention_heads (32) must be a multiple of"),
         ({"model_type": "t5", "feed_forward_proj": "a-b"}, "feed_forward_proj must be 'ACT' or 'gated-ACT'"),

@@ -5,8 +5,10 @@ speed (the figures are recorded in docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,6 +150,30 @@ def test_bench_needs_an_existing_path(capsys: pytest.CaptureFixture[str], tmp_pa
     assert "zero swap bench needs --path DIR" in err
     err = _one_error_line(*run_main(capsys, "swap", "bench", "--path", str(tmp_path / "absent")))
     assert f"--path {tmp_path / 'absent'}: not a directory" in err
+
+
+def test_bench_refuses_a_directory_that_takes_no_file_before_writing(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read-only directory (as a user, or on a read-only mount even as root): the probe file is refused.
+    def refuse(**kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    err = _one_error_line(*run_main(capsys, "swap", "bench", "--path", str(tmp_path), "--size", "1MiB"))
+    assert err == (f"zero: error: --path {tmp_path}: cannot create a file in {tmp_path} (Permission denied); "
+                   "pass a path in a directory you can write to\n")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_bench_on_a_read_only_directory_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    tmp_path.chmod(0o555)
+    try:
+        err = _one_error_line(*run_main(capsys, "swap", "bench", "--path", str(tmp_path), "--size", "1MiB"))
+    finally:
+        tmp_path.chmod(0o755)
+    assert err.startswith(f"zero: error: --path {tmp_path}: cannot create a file in {tmp_path} (Permission denied)")
 
 
 def test_bench_refuses_a_size_the_disk_cannot_hold(capsys: pytest.CaptureFixture[str], swap_dir: Path) -> None:

@@ -15,7 +15,10 @@ MAX_GPUS = 10**6  # GPUs per node, nodes, and the two multiplied (the world size
 MAX_BATCH = 10**6  # samples per micro-batch, accumulation steps
 MAX_SEQ_LEN = 2**24  # tokens per sample (16,777,216): above every model's context window
 MAX_BYTES = 2**50  # memory and NVMe sizes: 1 PiB
-MAX_COUNT = 10**15  # any other count (bucket sizes, layers, hidden size, LoRA rank, ...)
+MAX_LAYERS = 10**4  # transformer layers: ~80x the deepest trained model (126); also keeps the per-layer work fast
+MAX_WIDTH = 2**20  # hidden size, MLP width, head size, heads (1,048,576): ~14x the widest MLP (PaLM's 73,728)
+MAX_VOCAB = 2**24  # vocabulary (16,777,216): ~64x the largest (256,000)
+MAX_COUNT = 10**15  # any other count (bucket sizes, LoRA rank, ...)
 
 # API argument name -> (bound, what it counts).
 LIMITS: dict[str, tuple[int, str]] = {
@@ -27,6 +30,12 @@ LIMITS: dict[str, tuple[int, str]] = {
     "grad_accum": (MAX_BATCH, "1e6 accumulation steps"),
     "seq_len": (MAX_SEQ_LEN, "2**24 = 16777216 tokens per sample"),
     **dict.fromkeys(("gpu_memory", "cpu_memory", "nvme"), (MAX_BYTES, "1 PiB (1024 TiB)")),
+    # A model's shape: the --layers/--hidden-size/--heads/--vocab-size flags and a config.json's keys alike.
+    "num_layers": (MAX_LAYERS, "1e4 layers"),
+    "hidden_size": (MAX_WIDTH, "2**20 = 1048576"),
+    "num_heads": (MAX_WIDTH, "2**20 = 1048576 heads"),
+    "vocab_size": (MAX_VOCAB, "2**24 = 16777216 tokens"),
+    "max_positions": (MAX_SEQ_LEN, "2**24 = 16777216 positions"),
 }
 
 
@@ -45,6 +54,13 @@ def world_size(gpus_per_node: int, nodes: int, field: str = "nodes") -> int:
             f"{gpus_per_node} GPUs per node x {nodes} nodes = {total} GPUs; the most is 1e6 GPUs in all", field
         )
     return total
+
+
+def multiple_of(whole: tuple[str, int], part: tuple[str, int]) -> None:
+    """Attention splits `whole` (the hidden size, or the query heads) evenly among `part` (heads, key/value heads)."""
+    (whole_name, whole_value), (part_name, part_value) = whole, part
+    if whole_value % part_value:
+        raise EstimateError(f"{whole_name} ({whole_value}) must be a multiple of {part_name} ({part_value})")
 
 
 def lora_rank(rank: int, hidden_size: int, field: str = "lora_rank") -> None:

@@ -59,8 +59,10 @@ FLAGS = {
     "nvme": "--nvme",
     "ds_config": "--ds-config",
 }
-# The flag -> the API argument whose bound (_checks.LIMITS) it takes.
-_FIELDS = {flag: field for field, flag in FLAGS.items()}
+# The flag -> the API argument whose bound (_checks.LIMITS) it takes. The shape flags take the bounds a
+# config.json's keys take (_hf_schema.py); they are not in FLAGS, where a config key's error would take their name.
+_FIELDS = {flag: field for field, flag in FLAGS.items()} | {
+    "--layers": "num_layers", "--hidden-size": "hidden_size", "--heads": "num_heads", "--vocab-size": "vocab_size"}
 # Integer ZeRO settings: flag -> ZeroSettings field.
 _ZERO_COUNTS = {
     "--reduce-bucket-size": "reduce_bucket_size",
@@ -214,6 +216,7 @@ def _shape(args: argparse.Namespace) -> TransformerShape | None:
     if missing:
         raise EstimateError(f"activations need {', '.join(missing)} as well as {', '.join(set(flags) - set(missing))}")
     layers, hidden, heads = (_count(value, flag) for flag, value in flags.items())
+    _checks.multiple_of(("--hidden-size", hidden), ("--heads", heads))  # as a config.json's heads must
     vocab = _optional_count(args.vocab_size, "--vocab-size") or 0
     return TransformerShape(layers, hidden, heads, vocab)
 

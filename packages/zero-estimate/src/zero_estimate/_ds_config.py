@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from zero_plugins import ConfigFileError, read_config_text
+
 from . import _checks
 from ._errors import EstimateError
 from ._settings import OFFLOAD_DEVICES, Training, ZeroSettings
@@ -97,12 +99,9 @@ def load_ds_config(path: str | Path) -> dict[str, Any]:
     """The JSON object in the ds_config file `path`."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as error:
-        reason = error.strerror or error
-        raise EstimateError(f"cannot read {file}: {reason}; pass a ds_config JSON file", "ds_config") from None
-    except UnicodeDecodeError:
-        raise EstimateError(f"{file} is not UTF-8 text; save the JSON as UTF-8", "ds_config") from None
+        text = read_config_text(file)  # a regular file of at most 16 MiB, UTF-8
+    except ConfigFileError as error:
+        raise EstimateError(f"cannot read {error.path}: {error.problem}", "ds_config") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:

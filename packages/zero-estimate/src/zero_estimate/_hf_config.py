@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from zero_plugins import validation_problem
+from zero_plugins import ConfigFileError, read_config_text, validation_problem
 
 from . import _checks, _hf_modules, _hf_modules_more, _hf_schema, _hf_schema_more
 
@@ -35,14 +35,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if file.is_dir():
         file = file / "config.json"
     try:
-        text = file.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is skipped
-    except OSError as error:
-        reason = error.strerror or error
-        raise EstimateError(f"cannot read {file}: {reason}; pass a config.json or its folder") from None
-    except UnicodeDecodeError as error:
-        raise EstimateError(f"{file} is not UTF-8 text (byte {error.start}); pass a config.json saved as UTF-8") from None
-    except ValueError as error:  # a NUL byte in the path
-        raise EstimateError(f"cannot read {str(file)!r}: {error}; pass a config.json or its folder") from None
+        text = read_config_text(file)  # a regular file of at most 16 MiB, UTF-8
+    except ConfigFileError as error:
+        raise EstimateError(f"cannot read {error.path}: {error.problem}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -74,7 +69,8 @@ def modules_from_config(config: Mapping[str, Any], head: bool = True) -> tuple[l
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or model_type
-        got = f" (got {_short(first['input'])})" if first["loc"] else ""
+        # Our own checks (value_error) say what they got; pydantic's own errors do not.
+        got = f" (got {_short(first['input'])})" if first["loc"] and first["type"] != "value_error" else ""
         raise EstimateError(f"{_problem(first)}{got}", where) from None
     return build(validated, head)
 
@@ -94,4 +90,12 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def spec_from_config(config: Mapping[str, Any], name: str, head: bool = True) -> ModelSpec:
     modules, shape = modules_from_config(config, head)
-    return ModelSpec.from_modules(name, tuple(modules), shape)
+    spec = ModelSpec.from_modules(name, tuple(modules), shape)
+    # Each key is within its bound, yet together they can describe more parameters than --params allows.
+    if spec.total_params > _checks.MAX_PARAMS:
+        raise EstimateError(
+            f"the config describes {spec.total_params:.3g} parameters, more than the 1e15 any estimate takes "
+            "(as --params); check its sizes (hidden size, layers, vocabulary)",
+            str(config.get("model_type")),
+        )
+    return spec

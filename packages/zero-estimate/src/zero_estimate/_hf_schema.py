@@ -7,29 +7,60 @@ which decide the dropout masks and copies a layer keeps for backward.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt, model_validator
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+
+from . import _checks
+from ._errors import EstimateError
 
 
 class HFConfig(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-def _divisible(numerator: tuple[str, int], denominator: tuple[str, int]) -> None:
-    (top, a), (bottom, b) = numerator, denominator
-    if a % b:
-        raise ValueError(f"{top} ({a}) must be a multiple of {bottom} ({b})")
+def _bounded(kind: str) -> BeforeValidator:
+    """A whole number from 1 to the bound of `kind` in _checks.LIMITS: a key is checked as its flag is
+    (--layers, --hidden-size, --heads, --vocab-size), and a float such as 4.096e3 is taken when whole."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None  # null: allowed where the key is optional, else refused by the type after this
+        try:
+            return _checks.count(value, kind)
+        except EstimateError as error:
+            raise ValueError(error.reason) from None
+
+    return BeforeValidator(check)
+
+
+def _probability(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"must be a dropout probability from 0 to 1 (got {value!r})")
+    return value
+
+
+Layers = Annotated[int, _bounded("num_layers")]
+Width = Annotated[int, _bounded("hidden_size")]  # hidden and MLP widths, head sizes
+Heads = Annotated[int, _bounded("num_heads")]
+Vocab = Annotated[int, _bounded("vocab_size")]
+Positions = Annotated[int, _bounded("max_positions")]
+OptionalLayers = Annotated[int | None, _bounded("num_layers")]
+OptionalWidth = Annotated[int | None, _bounded("hidden_size")]
+OptionalHeads = Annotated[int | None, _bounded("num_heads")]
+Rate = Annotated[float, BeforeValidator(_probability)]
 
 
 class GPTNeoXConfig(HFConfig):
-    vocab_size: PositiveInt = 50432
-    hidden_size: PositiveInt = 6144
-    num_hidden_layers: PositiveInt = 44
-    num_attention_heads: PositiveInt = 64
-    intermediate_size: PositiveInt = 24576
+    vocab_size: Vocab = 50432
+    hidden_size: Width = 6144
+    num_hidden_layers: Layers = 44
+    num_attention_heads: Heads = 64
+    intermediate_size: Width = 24576
     attention_bias: bool = True
     tie_word_embeddings: bool = False
-    attention_dropout: NonNegativeFloat = 0.0
-    hidden_dropout: NonNegativeFloat = 0.0
+    attention_dropout: Rate = 0.0
+    hidden_dropout: Rate = 0.0
     hidden_act: str = "gelu"
 
     @property
@@ -42,20 +73,20 @@ class GPTNeoXConfig(HFConfig):
 
     @model_validator(mode="after")
     def _heads(self) -> GPTNeoXConfig:
-        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
         return self
 
 
 class MistralConfig(HFConfig):
-    vocab_size: PositiveInt = 32000
-    hidden_size: PositiveInt = 4096
-    num_hidden_layers: PositiveInt = 32
-    num_attention_heads: PositiveInt = 32
-    num_key_value_heads: PositiveInt | None = 8
-    head_dim: PositiveInt | None = None
-    intermediate_size: PositiveInt = 14336
+    vocab_size: Vocab = 32000
+    hidden_size: Width = 4096
+    num_hidden_layers: Layers = 32
+    num_attention_heads: Heads = 32
+    num_key_value_heads: OptionalHeads = 8
+    head_dim: OptionalWidth = None
+    intermediate_size: Width = 14336
     tie_word_embeddings: bool = False
-    attention_dropout: NonNegativeFloat = 0.0
+    attention_dropout: Rate = 0.0
     hidden_act: str = "silu"
 
     @property
@@ -89,13 +120,13 @@ class MistralConfig(HFConfig):
     @model_validator(mode="after")
     def _gqa(self) -> MistralConfig:
         # Grouped-query attention shares each key/value head among a whole number of query heads.
-        _divisible(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
+        _checks.multiple_of(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
         return self
 
 
 class LlamaConfig(MistralConfig):
-    num_key_value_heads: PositiveInt | None = None
-    intermediate_size: PositiveInt = 11008
+    num_key_value_heads: OptionalHeads = None
+    intermediate_size: Width = 11008
     attention_bias: bool = False
     mlp_bias: bool = False
 
@@ -113,21 +144,21 @@ class LlamaConfig(MistralConfig):
 
     @model_validator(mode="after")
     def _heads(self) -> LlamaConfig:
-        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
         return self
 
 
 class GPT2Config(HFConfig):
-    vocab_size: PositiveInt = 50257
-    n_positions: PositiveInt = 1024
-    n_embd: PositiveInt = 768
-    n_layer: PositiveInt = 12
-    n_head: PositiveInt = 12
-    n_inner: PositiveInt | None = None
+    vocab_size: Vocab = 50257
+    n_positions: Positions = 1024
+    n_embd: Width = 768
+    n_layer: Layers = 12
+    n_head: Heads = 12
+    n_inner: OptionalWidth = None
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True
-    attn_pdrop: NonNegativeFloat = 0.1
-    resid_pdrop: NonNegativeFloat = 0.1
+    attn_pdrop: Rate = 0.1
+    resid_pdrop: Rate = 0.1
     activation_function: str = "gelu_new"
 
     @property
@@ -140,22 +171,22 @@ class GPT2Config(HFConfig):
 
     @model_validator(mode="after")
     def _heads(self) -> GPT2Config:
-        _divisible(("n_embd", self.n_embd), ("n_head", self.n_head))
+        _checks.multiple_of(("n_embd", self.n_embd), ("n_head", self.n_head))
         return self
 
 
 class T5Config(HFConfig):
-    vocab_size: PositiveInt = 32128
-    d_model: PositiveInt = 512
-    d_kv: PositiveInt = 64
-    d_ff: PositiveInt = 2048
-    num_layers: PositiveInt = 6
-    num_decoder_layers: PositiveInt | None = None
-    num_heads: PositiveInt = 8
-    relative_attention_num_buckets: PositiveInt = 32
+    vocab_size: Vocab = 32128
+    d_model: Width = 512
+    d_kv: Width = 64
+    d_ff: Width = 2048
+    num_layers: Layers = 6
+    num_decoder_layers: OptionalLayers = None
+    num_heads: Heads = 8
+    relative_attention_num_buckets: Positions = 32
     feed_forward_proj: str = "relu"
     tie_word_embeddings: bool = True
-    dropout_rate: NonNegativeFloat = 0.1
+    dropout_rate: Rate = 0.1
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -178,18 +209,18 @@ class T5Config(HFConfig):
 
 
 class BertConfig(HFConfig):
-    vocab_size: PositiveInt = 30522
-    hidden_size: PositiveInt = 768
-    num_hidden_layers: PositiveInt = 12
-    num_attention_heads: PositiveInt = 12
-    intermediate_size: PositiveInt = 3072
-    max_position_embeddings: PositiveInt = 512
-    type_vocab_size: PositiveInt = 2
+    vocab_size: Vocab = 30522
+    hidden_size: Width = 768
+    num_hidden_layers: Layers = 12
+    num_attention_heads: Heads = 12
+    intermediate_size: Width = 3072
+    max_position_embeddings: Positions = 512
+    type_vocab_size: Vocab = 2
     is_decoder: bool = False
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True
-    attention_probs_dropout_prob: NonNegativeFloat = 0.1
-    hidden_dropout_prob: NonNegativeFloat = 0.1
+    attention_probs_dropout_prob: Rate = 0.1
+    hidden_dropout_prob: Rate = 0.1
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -201,7 +232,7 @@ class BertConfig(HFConfig):
 
     @model_validator(mode="after")
     def _heads(self) -> BertConfig:
-        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
         if self.add_cross_attention and not self.is_decoder:
             raise ValueError("add_cross_attention needs is_decoder: true, as in transformers")
         return self

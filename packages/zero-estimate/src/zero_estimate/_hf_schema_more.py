@@ -1,17 +1,29 @@
 """The config.json fields of Qwen2, OPT and Phi (transformers' defaults), as _hf_schema.py has them for the others."""
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from ._hf_schema import HFConfig, MistralConfig, _divisible
+from . import _checks
+from ._hf_schema import (
+    HFConfig,
+    Heads,
+    Layers,
+    MistralConfig,
+    OptionalHeads,
+    OptionalWidth,
+    Positions,
+    Rate,
+    Vocab,
+    Width,
+)
 
 
 class Qwen2Config(MistralConfig):
     """Llama's layer with biased q/k/v projections."""
 
-    vocab_size: PositiveInt = 151936
-    intermediate_size: PositiveInt = 22016
-    num_key_value_heads: PositiveInt | None = 32
+    vocab_size: Vocab = 151936
+    intermediate_size: Width = 22016
+    num_key_value_heads: OptionalHeads = 32
 
     @property
     def qkv_bias(self) -> bool:
@@ -21,10 +33,10 @@ class Qwen2Config(MistralConfig):
 class _Decoder(HFConfig):
     """What OPT and Phi share: hidden size, heads (dividing it), layers, and dropout on attention's probabilities."""
 
-    hidden_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    attention_dropout: NonNegativeFloat = 0.0
+    hidden_size: Width
+    num_hidden_layers: Layers
+    num_attention_heads: Heads
+    attention_dropout: Rate = 0.0
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -32,25 +44,25 @@ class _Decoder(HFConfig):
 
     @model_validator(mode="after")
     def _heads(self) -> _Decoder:
-        _divisible(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
         return self
 
 
 class OPTConfig(_Decoder):
-    vocab_size: PositiveInt = 50272
-    hidden_size: PositiveInt = 768
-    num_hidden_layers: PositiveInt = 12
-    num_attention_heads: PositiveInt = 12
-    ffn_dim: PositiveInt = 3072
-    max_position_embeddings: PositiveInt = 2048
-    word_embed_proj_dim: PositiveInt | None = None
+    vocab_size: Vocab = 50272
+    hidden_size: Width = 768
+    num_hidden_layers: Layers = 12
+    num_attention_heads: Heads = 12
+    ffn_dim: Width = 3072
+    max_position_embeddings: Positions = 2048
+    word_embed_proj_dim: OptionalWidth = None
     do_layer_norm_before: bool = True
     remove_final_layer_norm: bool = Field(False, alias="_remove_final_layer_norm")
     enable_bias: bool = True
     layer_norm_elementwise_affine: bool = True
     activation_function: str = "relu"
     tie_word_embeddings: bool = True
-    dropout: NonNegativeFloat = 0.1
+    dropout: Rate = 0.1
 
     @property
     def hidden_dropout_rate(self) -> float:
@@ -64,16 +76,16 @@ class OPTConfig(_Decoder):
 class PhiConfig(_Decoder):
     """Parallel attention and MLP behind one LayerNorm; a biased LM head."""
 
-    vocab_size: PositiveInt = 51200
-    hidden_size: PositiveInt = 2048
-    intermediate_size: PositiveInt = 8192
-    num_hidden_layers: PositiveInt = 24
-    num_attention_heads: PositiveInt = 32
-    num_key_value_heads: PositiveInt | None = None
+    vocab_size: Vocab = 51200
+    hidden_size: Width = 2048
+    intermediate_size: Width = 8192
+    num_hidden_layers: Layers = 24
+    num_attention_heads: Heads = 32
+    num_key_value_heads: OptionalHeads = None
     hidden_act: str = "gelu_new"
     qk_layernorm: bool = False
     tie_word_embeddings: bool = False
-    resid_pdrop: NonNegativeFloat = 0.0
+    resid_pdrop: Rate = 0.0
 
     @property
     def hidden_dropout_rate(self) -> float:
@@ -85,5 +97,5 @@ class PhiConfig(_Decoder):
 
     @model_validator(mode="after")
     def _grouped_heads(self) -> PhiConfig:
-        _divisible(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
+        _checks.multiple_of(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
         return self

@@ -27,7 +27,17 @@ def from_numbers(
     for field, value in (("largest_layer_params", largest), ("trainable_params", trainable)):
         if value is not None and value > total:
             raise EstimateError(f"{value} is more than the {total} total params; it must be a part of them", field)
+    if shape is not None:
+        _check_shape(shape)
     return ModelSpec(name, total, trainable, largest, shape=shape)
+
+
+def _check_shape(shape: TransformerShape) -> None:
+    """The bounds and the heads rule a config.json's shape keys and the CLI's shape flags have."""
+    for field in ("num_layers", "hidden_size", "num_heads"):
+        _checks.count(getattr(shape, field), field)
+    _checks.count(shape.vocab_size, "vocab_size", minimum=0)  # 0: no logits counted
+    _checks.multiple_of(("hidden_size", shape.hidden_size), ("num_heads", shape.num_heads))
 
 
 def from_hf_config(

@@ -16,11 +16,25 @@ from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from ._versions import installed_zero_distributions
 from ._registry import NamedRegistry, Registration
 from ._output import CommandResult, format_table
+from ._user_files import (
+    MAX_CONFIG_BYTES,
+    ConfigFileError,
+    OutputPathError,
+    check_output_path,
+    check_writable_directory,
+    read_config_text,
+)
 from ._validation import validation_problem
 from .__about__ import __version__
 
 __all__ = [
     "AddArguments",
+    "ConfigFileError",
+    "MAX_CONFIG_BYTES",
+    "OutputPathError",
+    "check_output_path",
+    "check_writable_directory",
+    "read_config_text",
     "CommandResult",
     "CommandTable",
     "add_action_json_flag",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from zero_plugins import ConfigFileError, read_config_text
 
 from ._batch import resolve_batch_sizes
 from ._checks import check_consistency, drop_offload_unused_by_stage
@@ -63,21 +64,13 @@ def _as_path(source: str | os.PathLike[str]) -> Path:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """A ds_config file's JSON object, or one ConfigError naming the file and what is wrong with it."""
-    if "\x00" in str(path):
-        raise ConfigError("", f"config file {str(path)!r}: a path cannot contain a NUL character")
     if str(path).strip() in ("", "."):
         raise ConfigError("", "config file path is empty; pass the ds_config JSON file's path")
     try:
-        # utf-8-sig: a byte-order mark, which some Windows editors write, is skipped.
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError("", f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 JSON") from None
-    except FileNotFoundError:
-        raise ConfigError("", f"config file {path}: not found") from None
-    except IsADirectoryError:
-        raise ConfigError("", f"config file {path}: is a directory; pass the ds_config JSON file in it") from None
-    except OSError as exc:
-        raise ConfigError("", f"config file {path}: cannot be read ({exc.strerror or exc})") from None
+        # A regular file of at most 16 MiB, in UTF-8 (a FIFO or /dev/zero is refused before it is read).
+        text = read_config_text(path, what="config file")
+    except ConfigFileError as exc:
+        raise ConfigError("", str(exc)) from None
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:

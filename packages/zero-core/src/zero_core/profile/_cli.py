@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import CommandResult, ZeroError
+from zero_plugins import CommandResult, ZeroError, check_output_path
 
-from ..config import load_config, read_config_file
+from ..config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
-from ._models import max_positions, model_config
+from ._models import hidden_width, max_positions, model_config
 from ._request import ProfileRequest, Setting
 from ._run import run_profile
 from ._text import profile_text
@@ -27,6 +28,8 @@ class ProfileArgumentError(ZeroError, ValueError):
 
 
 def profile_command(args: argparse.Namespace) -> CommandResult:
+    if args.html:
+        check_output_path(args.html, "--html")  # before the run, not in a traceback at its end
     request = request_from_args(args)
     report = run_profile(request)
     if args.html:
@@ -38,16 +41,17 @@ def profile_command(args: argparse.Namespace) -> CommandResult:
 def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     config = model_config(args.model)
     ds_config = read_config_file(Path(args.ds_config)) if args.ds_config else dict(DEFAULT_DS_CONFIG)
+    base = _checked(ds_config)  # its values are read below: their types are checked first
     notes = [] if args.ds_config else ["no --ds-config: bf16, AdamW (lr 1e-4), DeepSpeed's defaults otherwise"]
     nproc = _bounded(args.nproc, "--nproc", 1, 8)
-    given = args.micro_batch if args.micro_batch is not None else ds_config.get("train_micro_batch_size_per_gpu", 1)
-    micro_batch = _bounded(int(given), "--micro-batch", 1, 1024)
+    given = args.micro_batch if args.micro_batch is not None else base.train_micro_batch_size_per_gpu or 1
+    micro_batch = _bounded(given, "--micro-batch", 1, 1024)
     limit = max_positions(config) or 1 << 20
     seq_len = _bounded(args.seq_len, "--seq-len", 1, limit)
-    stages = [int(ds_config.get("zero_optimization", {}).get("stage", 0))] if args.stages is None else \
+    stages = [base.zero_optimization.stage] if args.stages is None else \
         [_bounded(_integer(s, "--stages"), "--stages", 0, 3) for s in args.stages.split(",")]
-    lora_rank = None if args.lora_rank is None else _bounded(args.lora_rank, "--lora-rank", 1,
-                                                             int(config.get("hidden_size", config.get("n_embd", 1))))
+    lora_rank = None if args.lora_rank is None else \
+        _bounded(args.lora_rank, "--lora-rank", 1, hidden_width(config, args.model))
     choices = {"true": (True,), "false": (False,), "both": (False, True), None: (None,)}[args.memory_efficient_linear]
     settings = tuple(Setting(stage, flag if stage == 3 else None) for stage in stages for flag in
                      (choices if stage == 3 else (None,)))
@@ -58,6 +62,13 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
     return request
+
+
+def _checked(ds_config: dict[str, Any]) -> ZeroConfig:
+    # Its ignored keys are warned about once per setting, when each is checked in request_from_args.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
+        return load_config(ds_config)
 
 
 def _integer(value: str, flag: str) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, read_config_text
 
 PRESETS: dict[str, dict[str, Any]] = {
     "pythia-tiny": {"model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
@@ -45,13 +45,18 @@ def model_config(model: str) -> dict[str, Any]:
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
+    if not path.exists():
         raise ModelConfigError(f"--model {model!r}: neither a preset ({', '.join(PRESETS)}) nor a config.json; "
                                "pass a preset name or the path of a Hugging Face config.json")
+    text = read_config_text(path, what="--model")  # a regular file of at most 16 MiB: never a FIFO or a device
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelConfigError(f"--model {path}: not a JSON config ({error}); pass a Hugging Face config.json") from None
+        config = json.loads(text)
+    except ValueError as error:  # not JSON, or an integer of more than 4300 digits
+        raise ModelConfigError(f"--model {path}: not a JSON config ({error}); pass a Hugging Face config.json") \
+            from None
+    except RecursionError:
+        raise ModelConfigError(f"--model {path}: JSON nested too deeply to read; pass a Hugging Face config.json") \
+            from None
     if not isinstance(config, dict) or "model_type" not in config:
         raise ModelConfigError(f"--model {path}: a Hugging Face config.json has a \"model_type\"; this one has none")
     return config
@@ -69,6 +74,15 @@ def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0) -> to
         hf_config, attn_implementation="eager")
     model.train()
     return model.to(dtype)
+
+
+def hidden_width(config: dict[str, Any], model: str) -> int:
+    """The model's hidden size (GPT-2's n_embd), which bounds --lora-rank; one line if the config's is no count."""
+    key = "hidden_size" if "hidden_size" in config else "n_embd"
+    width = config.get(key, 1)
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ModelConfigError(f"--model {model}: {key} must be a positive whole number (got {width!r})")
+    return width
 
 
 def max_positions(config: dict[str, Any]) -> int | None:

@@ -51,7 +51,9 @@ class ProfileRequest:
         if setting.memory_efficient_linear is not None:
             zero["memory_efficient_linear"] = setting.memory_efficient_linear
         config["train_micro_batch_size_per_gpu"] = self.micro_batch
-        accumulation = int(config.get("gradient_accumulation_steps", 1))
+        # load_config has checked it: a whole number, or "auto"/absent, which DeepSpeed reads as 1.
+        accumulation = config.get("gradient_accumulation_steps")
+        accumulation = int(accumulation) if isinstance(accumulation, (int, float)) else 1
         config["train_batch_size"] = self.micro_batch * accumulation * self.nproc
         return config
 

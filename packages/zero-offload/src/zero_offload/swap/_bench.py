@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import torch
 from zero_core.config import AioConfig
+from zero_plugins import check_writable_directory
 
 from ._buffers import ALIGNMENT, aligned_empty, byte_view
 from ._direct import O_DIRECT, check_direct_io, filesystem_type
@@ -69,9 +70,11 @@ class _Files:
 
 
 def check_bench_path(directory: str, size: int, files: int, buffered: bool) -> str:
-    """The directory, checked: it exists, does O_DIRECT (unless buffered) and has room; its file system type."""
+    """The directory, checked: it exists, takes new files, does O_DIRECT (unless buffered) and has room;
+    its file system type."""
     if not os.path.isdir(directory):
         raise SwapError(f"--path {directory}: not a directory; create it on the disk to measure")
+    check_writable_directory(directory, "--path")  # the bench's files go there: a read-only one fails now
     if size % ALIGNMENT:
         raise SwapError(f"--size {size}: must be a multiple of {ALIGNMENT} bytes (O_DIRECT)")
     if not buffered:
