@@ -121,8 +121,8 @@ def test_config_echoes(attributes, stage: int) -> None:  # type: ignore[no-untyp
 def test_failing_checkpoint_calls_say_so_and_missing_names_name_both_objects(
         attributes, stage: int) -> None:  # type: ignore[no-untyped-def]
     errors = attributes[0][stage]["errors"]
-    assert errors["load_checkpoint"] == ("no checkpoint to load in /nonexistent/checkpoints: it has no `latest` "
-                                         "file; pass tag= (tags there: none)")
+    assert errors["load_checkpoint"] == ("no checkpoint to load in /nonexistent/checkpoints: it does not exist; "
+                                         "pass the save_dir given to save_checkpoint")
     assert errors["missing"] == ("neither the ZeroEngine nor its model (Sequential) has an attribute "
                                  "'no_such_attribute'")
 

@@ -93,7 +93,8 @@ def publish(save_dir: Path, tag: str, staging: Path, save_latest: bool) -> Path:
 def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
     """The tag asked for (or the one `latest` names) and its directory; a missing one is one error listing what is there."""
     if not load_dir.is_dir():
-        raise ZeroError(f"no checkpoint to load in {load_dir}: it is not a directory")
+        raise ZeroError(f"no checkpoint to load in {load_dir}: it " + ("is a file, not a directory" if load_dir.exists()
+                        else "does not exist") + "; pass the save_dir given to save_checkpoint")
     if tag is None:
         pointer = load_dir / LATEST
         if not pointer.is_file():
