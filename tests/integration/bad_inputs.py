@@ -155,6 +155,10 @@ CONFIGS: list[tuple[dict[str, Any], str]] = [
     ({"activation_checkpointing": {"contiguous_memory_optimization": True}},
      "activation_checkpointing.contiguous_memory_optimization"),
     ({"activation_checkpointing": {"cpu_checkpointing": 1}}, "activation_checkpointing.cpu_checkpointing"),
+    # checkpoint
+    ({"checkpoint": {"tag_validation": "sometimes"}}, "checkpoint.tag_validation"),
+    ({"checkpoint": {"tag_validation": None}}, "checkpoint.tag_validation"),
+    ({"checkpoint": "Fail"}, "checkpoint"),
 ]
 
 # Files the CLI cases and SOURCES refer to by name.
@@ -286,6 +290,14 @@ CLI: list[tuple[list[str], str]] = [
     (["checkpoint", "inspect", "{nosuch}"], "nosuch"),
     (["checkpoint", "inspect", "{binary}"], "binary"),
     (["checkpoint", "export", "{nosuch}"], "OUT"),
+    (["checkpoint", "inspect", "{dir}", "--tag", "../outside"], "'../outside' is not a valid checkpoint tag"),
+    (["checkpoint", "inspect", "{dir}", "--tag", ""], "'' is not a valid checkpoint tag"),
+    (["checkpoint", "inspect", "{dir}", "--tag", "/abs/path"], "holds a path separator"),
+    (["checkpoint", "inspect", "{dir}", "--tag", "x "], "whitespace"),
+    (["checkpoint", "export", "{dir}", "{binary}"], "is a file, not a directory"),
+    (["checkpoint", "export", "{nosuch}", "{dir}"], "was not written by an export"),
+    (["checkpoint", "import", "{nosuch}", "{dir}"], "nosuch"),
+    (["checkpoint", "import", "{dir}", "{dir}", "--tag", "../x"], "'../x' is not a valid checkpoint tag"),
     # zero profile (each refused before a rank starts)
     (["profile", "--model", "pythia-tiny", "--stages", "9"], "--stages"),
     (["profile", "--model", "nosuch"], "--model"),
