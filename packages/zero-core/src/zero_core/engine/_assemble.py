@@ -38,7 +38,7 @@ from ..sharding import (
 from ..stage3 import build_stage3_state
 from ._engine import EngineParts, ZeroEngine
 from ._offload import open_offload_devices
-from ._preflight import WRAPPED_ATTRIBUTE, check_model, check_ranks_agree
+from ._preflight import WRAPPED_ATTRIBUTE, check_model, check_no_float64, check_ranks_agree
 
 if TYPE_CHECKING:
     from ..config import ZeroConfig
@@ -70,6 +70,7 @@ def assemble_engine(
     param_groups = resolve_param_groups(model, model_parameters, client)
     check_model(model, param_groups)
     check_ranks_agree(model, config)  # before the first collective that a difference would hang
+    check_no_float64(model)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
     homes = StateHomes(device, ledger, offload.optimizer, offload.parameters, offload.swap, offload.param_swap)
     order = {id(p): index for index, p in enumerate(model.parameters())}

@@ -15,6 +15,7 @@ from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
+from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_reached
 from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
 from ._usage import CallOrder
@@ -75,7 +76,9 @@ class ZeroEngine(torch.nn.Module):
         limits = parts.config.non_finite_steps
         dynamic = parts.config.fp16.enabled and parts.config.fp16.dynamic
         self._order = CallOrder()
-        self._skips = SkippedSteps(limits.max_consecutive, limits.initial_limit(dynamic))
+        self._skips = SkippedSteps(limits.consecutive_limit(dynamic), limits.initial_limit(dynamic))
+        self._trainable = TrainableSet(parts.module)
+        self._losses = LossWatch()
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -86,6 +89,11 @@ class ZeroEngine(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self._order.check_alive("forward")
         self._post("forward")
+        try:
+            check_batch(args, kwargs)
+        except ZeroError as error:
+            self._post_failure("forward", error)
+            raise
         with self.ledger.phase("forward"), self._passes.forward():
             return self.module(*args, **kwargs)
 
@@ -98,6 +106,9 @@ class ZeroEngine(torch.nn.Module):
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ZeroError("engine.backward needs the loss as a tensor with one element (reduce it with .mean() "
                             "or .sum() first)")
+        self._order.check_alive("backward")
+        self._trainable.check()
+        check_loss(loss)
         self._order.backward()
         scaled = loss.float()
         accumulation = self.gradient_accumulation_steps()
@@ -119,6 +130,13 @@ class ZeroEngine(torch.nn.Module):
                 self._post_failure("backward", error)
                 raise
             self._reducer.end()
+        try:
+            check_reached(self._reducer.received)
+        except ZeroError as error:
+            self._order.backward_pending = False  # refused: a backward with a corrected loss may follow
+            self._post_failure("backward", error)
+            raise
+        self._losses.add(loss)
         return loss
 
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
@@ -135,10 +153,12 @@ class ZeroEngine(torch.nn.Module):
             self._post("step")
             with self.ledger.phase("step"):
                 try:
-                    applied = self.optimizer.step()
+                    applied = self.optimizer.step(before_update=lambda: self._losses.check(self.global_steps + 1))
                 except BaseException as error:
                     self._post_failure("step", error)
                     raise
+                finally:
+                    self._losses.reset()
             self._step_applied = applied
             if applied:
                 self._skips.record_applied()
@@ -165,6 +185,7 @@ class ZeroEngine(torch.nn.Module):
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop accumulated gradients (the step already does this after each update); a backward may follow."""
         self._order.backward_pending = False
+        self._losses.reset()
         self.optimizer.zero_grad(set_to_none)
 
     def is_gradient_accumulation_boundary(self) -> bool:

@@ -38,6 +38,19 @@ def check_model(model: torch.nn.Module, param_groups: list[ParamGroup]) -> None:
                         "there is nothing to train; unfreeze some parameters (or pass model_parameters that train)")
 
 
+def check_no_float64(model: torch.nn.Module) -> None:
+    """Refuse float64 parameters (after the ranks agree: one float64 rank is the cross-rank check's to name).
+
+    The engine computes in fp32, bf16 or fp16 and casts every floating parameter to that dtype, so a float64
+    model would silently lose precision (DeepSpeed 0.19 keeps float64 in fp32 mode), and the float64 inputs
+    written for it fail inside torch at the first forward ("mat1 and mat2 must have the same dtype")."""
+    first = next((fqn for fqn, p in model.named_parameters() if p.dtype == torch.float64), None)
+    if first is not None:
+        raise ZeroError(f"parameter {first} of {type(model).__name__} is float64; zero trains in fp32, bf16 or fp16 "
+                        "(the config's fp16 and bf16 blocks) and has no float64 path: convert the model with "
+                        "model.float() before zero_core.initialize, and feed it float32 inputs")
+
+
 def fingerprint(model: torch.nn.Module, config: ZeroConfig) -> dict[str, Any]:
     """What must be equal on every rank: each parameter (name, whole shape, dtype, trainable), the effective
     config, and the world layout."""

@@ -14,9 +14,9 @@ class NonFiniteStepsError(ZeroError, FloatingPointError):
 
 
 class SkippedSteps:
-    """Counts skipped and applied optimizer steps and says so; raises past the configured limits."""
+    """Counts skipped and applied optimizer steps and says so; raises past the configured limits (0: never)."""
 
-    def __init__(self, max_consecutive: int | None, max_initial: int) -> None:
+    def __init__(self, max_consecutive: int, max_initial: int) -> None:
         self.max_consecutive = max_consecutive
         self.max_initial = max_initial
         self.skipped = 0
@@ -34,12 +34,14 @@ class SkippedSteps:
         what = (f"step {step}: gradients are non-finite (inf or NaN); the optimizer step was skipped on every "
                 f"rank, weights were not updated{', ' + scale_change if scale_change else ''} "
                 f"({self.skipped} skipped so far, {self.consecutive} in a row)")
-        if self.max_consecutive is not None and self.consecutive >= self.max_consecutive:
-            raise NonFiniteStepsError(f"{what}: non_finite_steps.max_consecutive is {self.max_consecutive}; "
-                                      "check the data and the loss, lower the learning rate, or raise the limit")
+        # The start of the run first: "none could be applied" says more than "N in a row" when both hold.
         if self.applied == 0 and self.max_initial and self.skipped >= self.max_initial:
             raise NonFiniteStepsError(f"{what}: none of the first {self.max_initial} steps could be applied "
                                       "(non_finite_steps.max_initial); check the data, the loss, the learning rate "
                                       "and the fp16 loss scale")
+        if self.max_consecutive and self.consecutive >= self.max_consecutive:
+            raise NonFiniteStepsError(f"{what}: non_finite_steps.max_consecutive is {self.max_consecutive}; the "
+                                      "weights or the data may no longer be finite: check the data and the loss, "
+                                      "lower the learning rate, or raise the limit (0: never stop)")
         if self.skipped & (self.skipped - 1) == 0:  # the 1st, 2nd, 4th, 8th, ... skip: said without flooding the log
             log.warning(what)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -86,8 +87,11 @@ class ZeroOptimizer:
         self._homes.synchronize()
 
     # --- the step ---
-    def step(self) -> bool:
-        """Step with the reduced gradients; False when they were non-finite (an fp16 overflow, or inf/NaN) and it was skipped."""
+    def step(self, before_update: Callable[[], None] | None = None) -> bool:
+        """Step with the reduced gradients; False when they were non-finite (an fp16 overflow, or inf/NaN) and it was skipped.
+
+        `before_update` is called once the gradients are known to be finite, before anything changes; it may raise
+        to refuse the step (the engine's check of the losses)."""
         scale = self.loss_scaler.scale
         self._homes.synchronize()  # gradients copied to an offloaded optimizer during backward
         scaled_norm = self._scaled_grad_norm()
@@ -98,6 +102,8 @@ class ZeroOptimizer:
             self.zero_grad()
             self.loss_scaler.update(True)
             return False
+        if before_update is not None:
+            before_update()
         combined = scale
         if self.gradient_clipping > 0:
             # DeepSpeed's (and torch's clip_grad_norm_'s) coefficient, folded into the unscale.

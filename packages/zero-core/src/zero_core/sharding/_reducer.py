@@ -58,6 +58,7 @@ class GradReducer:
         self._inflight: list[tuple[ReduceBucket, Work]] = []
         self._active = False
         self._reducing = False
+        self.received = 0  # gradients that reached a trainable parameter in this backward (none: the loss is unrelated)
         self._handles = [
             slot.param.register_post_accumulate_grad_hook(functools.partial(self._on_grad, bucket, index))
             for bucket in self._buckets
@@ -69,6 +70,7 @@ class GradReducer:
         self._active = True
         self._reducing = reduce or self._reduction is _EVERY_BACKWARD
         self._next = 0
+        self.received = 0
         for bucket in self._buckets:
             bucket.arrived.clear()
             bucket.launched = False
@@ -108,6 +110,7 @@ class GradReducer:
         if not self._active:
             raise ZeroError("a gradient was computed outside engine.backward(); call engine.backward(loss), "
                             "not loss.backward(), so the engine can reduce gradients")
+        self.received += 1
         if self._reduction is not _EVERY_BACKWARD:
             _whole(bucket).take_grad(index, param)
             if not self._reducing:

@@ -32,9 +32,12 @@ class SwapSettings:
 class SwapPool:
     def __init__(self, space: SwapSpace, settings: SwapSettings) -> None:
         if settings.buffer_count < 1:
-            raise ConfigError(f"{settings.block_path}.buffer_count",
-                              "is 0, but swapping the optimizer state needs buffers; set it to at least 3 for Adam "
-                              "(the master and two state tensors per sub-group), more to pipeline reads and writes")
+            # Each block's own reason: offload_param's buffer_count is not about the optimizer state.
+            held = ("the parameter partitions are read into them; set it to at least 1"
+                    if settings.block_path.endswith("offload_param") else
+                    "the optimizer state is swapped through them; set it to at least 3 for Adam (the master and two "
+                    "state tensors per sub-group), more to pipeline reads and writes")
+            raise ConfigError(f"{settings.block_path}.buffer_count", f"is 0, but {held}")
         self.space = space
         self.settings = settings
         itemsize = settings.dtype.itemsize
