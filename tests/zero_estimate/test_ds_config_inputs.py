@@ -74,7 +74,7 @@ def test_cpu_checkpointing_with_full_checkpointing():
     assert (training.checkpointing, training.cpu_checkpointing, training.seq_len) == ("full", True, 512)
 
 
-def test_auto_reads_as_the_key_left_out():
+def test_auto_reads_as_the_key_left_out_where_the_trainer_fills_it():
     auto = {
         "train_batch_size": "auto",
         "train_micro_batch_size_per_gpu": "auto",
@@ -87,10 +87,20 @@ def test_auto_reads_as_the_key_left_out():
             "reduce_bucket_size": "auto",
             "stage3_prefetch_bucket_size": "auto",
             "stage3_param_persistence_threshold": "auto",
-            "overlap_comm": "auto",
         },
     }
     assert settings_from_ds_config(auto, 8) == (Training(precision="fp32"), ZeroSettings(stage=3))
+
+
+@pytest.mark.parametrize(("config", "key"), [
+    ({"zero_optimization": {"stage": "auto"}}, "zero_optimization.stage"),
+    ({"zero_optimization": "auto"}, "zero_optimization"),
+    ({"zero_optimization": {"stage": 2, "overlap_comm": "auto"}}, "zero_optimization.overlap_comm"),
+])
+def test_auto_where_nothing_fills_it_is_an_error_naming_the_key(config, key):
+    with pytest.raises(EstimateError, match=r'must be a concrete value; "auto" is read only where') as caught:
+        settings_from_ds_config(config, 8)
+    assert key in str(caught.value)
 
 
 @pytest.mark.parametrize(

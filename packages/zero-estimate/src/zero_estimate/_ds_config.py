@@ -2,7 +2,9 @@
 
 Keys are read by DeepSpeed's names, so an error names the dotted key to fix. Only keys that
 change memory are read; the rest (learning rate, scheduler, logging) are left to zero-core's
-config checks. "auto", the Hugging Face Trainer's placeholder, reads as the key left out.
+config checks. "auto", the Hugging Face Trainer's placeholder, reads as the key left out on the keys the
+Trainer fills in (TRAINER_FILLED, zero-core's rule: tests/integration/test_config_vocabulary.py), and is an
+error anywhere else, as the engine reads it.
 """
 from __future__ import annotations
 
@@ -12,13 +14,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import ConfigFileError, read_config_text
+from zero_plugins import ConfigFileError, json_integer, read_config_text
 
 from . import _checks
 from ._errors import EstimateError
 from ._settings import OFFLOAD_DEVICES, Training, ZeroSettings
 
 AUTO = "auto"
+# The dotted keys (with DeepSpeed's other spellings) whose "auto" the Hugging Face Trainer replaces.
+TRAINER_FILLED = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "fp16.enabled", "bf16.enabled", "bfloat16.enabled", "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.param_persistence_threshold",
+})
 # optimizer.type, matched without case as DeepSpeed and zero-core match it -> Training.optimizer.
 # DeepSpeed's Adam is AdamW unless params.adam_w_mode is false; SGD keeps a momentum buffer when momentum > 0.
 _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd", "adafactor": "adafactor"}
@@ -54,14 +63,19 @@ class _Block:
         return f"{self.path}.{key}" if self.path else key
 
     def lookup(self, *spellings: str) -> tuple[str, Any]:
-        """The dotted key and value of the one spelling given; None for absent, null or "auto"."""
+        """The dotted key and value of the one spelling given; None for absent, null or a Trainer-filled "auto"."""
         given = [key for key in spellings if key in self.data]
         if len(given) > 1:
             raise EstimateError(f"same setting as {self.key(given[0])}; keep one of them", self.key(given[1]))
         if not given:
             return self.key(spellings[0]), None
-        value = self.data[given[0]]
-        return self.key(given[0]), None if isinstance(value, str) and value == AUTO else value
+        path, value = self.key(given[0]), self.data[given[0]]
+        if isinstance(value, str) and value == AUTO:
+            if path not in TRAINER_FILLED:
+                raise EstimateError('must be a concrete value; "auto" is read only where the Hugging Face Trainer '
+                                    "fills it in", path)
+            return path, None
+        return path, value
 
     def block(self, *spellings: str) -> _Block:
         path, value = self.lookup(*spellings)
@@ -103,7 +117,7 @@ def load_ds_config(path: str | Path) -> dict[str, Any]:
     except ConfigFileError as error:
         raise EstimateError(f"cannot read {error.path}: {error.problem}", "ds_config") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=json_integer)
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
         raise EstimateError(f"{file} is not valid JSON: {error.msg} at {where}; fix the JSON", "ds_config") from None

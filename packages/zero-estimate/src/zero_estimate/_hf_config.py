@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from zero_plugins import ConfigFileError, read_config_text, validation_problem
+from zero_plugins import ConfigFileError, json_integer, read_config_text, validation_problem
 
 from . import _checks, _hf_modules, _hf_modules_more, _hf_schema, _hf_schema_more
 
@@ -39,7 +39,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     except ConfigFileError as error:
         raise EstimateError(f"cannot read {error.path}: {error.problem}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=json_integer)
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
         raise EstimateError(f"{file} is not valid JSON: {error.msg} at {where}") from None

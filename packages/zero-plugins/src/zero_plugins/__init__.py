@@ -22,6 +22,7 @@ from ._user_files import (
     OutputPathError,
     check_output_path,
     check_writable_directory,
+    json_integer,
     read_config_text,
 )
 from ._validation import validation_problem
@@ -34,6 +35,7 @@ __all__ = [
     "OutputPathError",
     "check_output_path",
     "check_writable_directory",
+    "json_integer",
     "read_config_text",
     "CommandResult",
     "CommandTable",

@@ -17,6 +17,7 @@ from ._errors import ZeroError
 #: The largest config file read: 16 MiB. Real ds_configs and config.json files are a few KiB; a file
 #: past this is a data file or a checkpoint passed by mistake, and reading it whole would only waste memory.
 MAX_CONFIG_BYTES = 16 * 2**20
+_INT_DIGITS = 4000  # under sys.get_int_max_str_digits()'s default of 4300
 
 # What a file that is not a regular file is, for the message (a socket cannot be opened: it never gets here).
 _KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
@@ -33,6 +34,12 @@ class ConfigFileError(ZeroError):
         self.path = path
         self.problem = problem
         super().__init__(f"{what} {path}: {problem}")
+
+
+def json_integer(literal: str) -> int | float:
+    """A JSON integer literal (json.loads' `parse_int`): beyond Python's int-parsing limit (4300 digits) a float,
+    infinite if need be, so that the key's own bound names it instead of a parser error naming the file."""
+    return int(literal) if len(literal.lstrip("-")) <= _INT_DIGITS else float(literal)
 
 
 class OutputPathError(ZeroError):

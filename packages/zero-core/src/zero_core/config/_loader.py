@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from zero_plugins import ConfigFileError, read_config_text
+from zero_plugins import ConfigFileError, json_integer, read_config_text
 
 from ._batch import resolve_batch_sizes
 from ._checks import check_consistency, drop_offload_unused_by_stage
@@ -72,7 +72,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except ConfigFileError as exc:
         raise ConfigError("", str(exc)) from None
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_int=json_integer)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise ConfigError("", f"config file {path}: not valid JSON ({exc.msg} at {where})") from None
@@ -80,7 +80,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError("", f"config file {path}: key {show(exc.key)} appears twice in one object; keep one") from None
     except RecursionError:
         raise ConfigError("", f"config file {path}: JSON nested too deeply to read") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+    except ValueError as exc:  # what else the JSON parser refuses (an integer too long to parse reads as a float)
         raise ConfigError("", f"config file {path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError("", f"config file {path}: must hold a JSON object (got {type(data).__name__})")

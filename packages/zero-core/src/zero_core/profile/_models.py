@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from zero_plugins import ZeroError, read_config_text
+from zero_plugins import ZeroError, json_integer, read_config_text
 
 PRESETS: dict[str, dict[str, Any]] = {
     "pythia-tiny": {"model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
@@ -50,7 +50,7 @@ def model_config(model: str) -> dict[str, Any]:
                                "pass a preset name or the path of a Hugging Face config.json")
     text = read_config_text(path, what="--model")  # a regular file of at most 16 MiB: never a FIFO or a device
     try:
-        config = json.loads(text)
+        config = json.loads(text, parse_int=json_integer)
     except ValueError as error:  # not JSON, or an integer of more than 4300 digits
         raise ModelConfigError(f"--model {path}: not a JSON config ({error}); pass a Hugging Face config.json") \
             from None
