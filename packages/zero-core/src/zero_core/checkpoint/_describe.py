@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, read_config_text
 
 from ._publish import DESCRIPTION, write_durably
 FORMAT = 1
@@ -40,8 +40,8 @@ class Description:
         if not path.is_file():
             raise ZeroError(f"{directory} is not a complete zero checkpoint: {DESCRIPTION} is missing (the save did "
                             "not finish, or this is another tool's checkpoint)")
-        try:
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        try:  # bounded, regular files only: a checkpoint's files are read as untrusted input
+            data: dict[str, Any] = json.loads(read_config_text(path, what="checkpoint description"))
             return cls(**data)
         except (ValueError, TypeError) as error:
             raise ZeroError(f"{path} is not a zero checkpoint description ({error})") from None

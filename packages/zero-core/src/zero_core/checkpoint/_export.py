@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, read_config_text
 
 from ._export_dir import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, ExportDirectory
 from ._inspect import check_complete
@@ -110,7 +110,10 @@ def _copy_config(directory: Path, out: Path, dtype: torch.dtype) -> bool:
     source = directory / CONFIG_FILE
     if not source.is_file():
         return False
-    config: dict[str, Any] = json.loads(source.read_text(encoding="utf-8"))
+    try:
+        config: dict[str, Any] = json.loads(read_config_text(source, what="the checkpoint's model config"))
+    except ValueError as error:
+        raise ZeroError(f"{source} is not a model config ({error}); save the checkpoint again") from None
     config["dtype"] = str(dtype).removeprefix("torch.")
     if "torch_dtype" in config:  # the key's older name, which older transformers read
         config["torch_dtype"] = config["dtype"]

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, read_config_text
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -65,8 +65,8 @@ class ExportDirectory:
 def _listed(manifest: Path) -> list[str]:
     """The plain file names an earlier export's list holds; one error if it is not such a list."""
     try:
-        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        files = json.loads(read_config_text(manifest, what="export file list"))["files"]
+    except (ZeroError, ValueError, KeyError, TypeError) as error:
         raise ZeroError(f"{manifest} is not an export's file list ({error}); move it away, or choose another "
                         "directory") from None
     if not isinstance(files, list) or not all(isinstance(f, str) and Path(f).name == f and f not in ("", ".", "..")

@@ -23,7 +23,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, read_config_text
 
 from ._tags import check_tag
 
@@ -134,9 +134,9 @@ def _replaced_copies(load_dir: Path, tag: str) -> list[Path]:
     for path in sorted(load_dir.glob(f"{_REPLACED_PREFIX}*")):
         if _OWNED.fullmatch(path.name) and (path / DESCRIPTION).is_file():
             try:
-                if json.loads((path / DESCRIPTION).read_text(encoding="utf-8")).get("tag") == tag:
+                if json.loads(read_config_text(path / DESCRIPTION)).get("tag") == tag:
                     copies.append(path)
-            except (OSError, ValueError, AttributeError):
+            except (ZeroError, ValueError, AttributeError):
                 continue  # a damaged copy is not a tag's copy
     return copies
 
