@@ -6,12 +6,13 @@ every `step()` call, `global_steps` and `global_samples` (`+= train_batch_size()
 boundaries; `was_step_applied()` is True only after a `step()` that updated the weights;
 `fp16_enabled()`, `bfloat16_enabled()` and `gradient_clipping()` echo the config.
 `save_16bit_model` writes the module's state_dict (rank 0, torch.save) and returns True at stages
-0-2; at stage 3 without `stage3_gather_16bit_weights_on_model_save` it must say that setting is
-needed (test_checkpoint_export.py saves with it). `load_checkpoint` of a directory without a
+0-2; at stage 3 without `stage3_gather_16bit_weights_on_model_save` it writes nothing and returns
+False, as DeepSpeed does, with a WARNING naming that setting (test_checkpoint_export.py saves with it). `load_checkpoint` of a directory without a
 checkpoint must say that, not fall through to the model.
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,15 @@ def _config(stage: int) -> dict[str, Any]:
             "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def _attributes(rank: int, world_size: int, root: str) -> dict[int, dict[str, Any]]:
     import torch.distributed as dist
     import zero_core
@@ -48,11 +58,12 @@ def _attributes(rank: int, world_size: int, root: str) -> dict[int, dict[str, An
             engine.step()
             applied.append(engine.was_step_applied())
         errors = {}
-        saved = None
+        warnings = _Records()
+        logging.getLogger("zero_core.engine").addHandler(warnings)
         try:
             saved = engine.save_16bit_model(f"{root}/stage{stage}")
-        except ZeroError as error:
-            errors["save_16bit_model"] = str(error)
+        finally:
+            logging.getLogger("zero_core.engine").removeHandler(warnings)
         state = engine.module_state_dict()
         try:
             engine.load_checkpoint("/nonexistent/checkpoints")
@@ -76,6 +87,7 @@ def _attributes(rank: int, world_size: int, root: str) -> dict[int, dict[str, An
             "stage": engine.zero_optimization_stage(),
             "errors": errors,
             "saved_16bit": (saved, state),
+            "warnings": warnings.messages,
         }
         engine.destroy()
     return found
@@ -132,10 +144,12 @@ def test_save_16bit_model_writes_the_state_dict_or_names_the_stage_3_setting(
         attributes, root: Path, stage: int) -> None:  # type: ignore[no-untyped-def]
     path = root / f"stage{stage}" / "pytorch_model.bin"
     if stage == 3:
-        assert [result[stage]["errors"]["save_16bit_model"] for result in attributes] == [
-            "engine.save_16bit_model at stage 3 gathers the partitioned weights only with "
-            "zero_optimization.stage3_gather_16bit_weights_on_model_save: true in the config; set it, or save a "
-            "checkpoint and run `zero checkpoint export`"] * WORLD_SIZE
+        assert [result[stage]["saved_16bit"][0] for result in attributes] == [False] * WORLD_SIZE, "DeepSpeed's False"
+        assert attributes[0][stage]["warnings"] == [
+            "engine.save_16bit_model wrote nothing: at stage 3 it gathers the partitioned weights only with "
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save: true; set it, or save a checkpoint and "
+            "run `zero checkpoint export`"]
+        assert attributes[1][stage]["warnings"] == [], "said once, by rank 0"
         assert not path.parent.exists(), "nothing written"
         return
     assert [result[stage]["saved_16bit"][0] for result in attributes] == [True] * WORLD_SIZE

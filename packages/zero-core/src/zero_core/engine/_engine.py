@@ -15,6 +15,7 @@ from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
+from ._deepspeed_calls import DeepSpeedCalls
 from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_reached
 from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
@@ -43,7 +44,7 @@ class EngineParts:
     training_dataloader: torch.utils.data.DataLoader[Any] | None = None
 
 
-class ZeroEngine(torch.nn.Module):
+class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
     """Wraps the model. Call `step()` after every `backward()`: it steps the optimizer only at
     the gradient-accumulation boundary, as DeepSpeed's does. Attributes the engine lacks are
     looked up on the model, so `engine.generate(...)` or `engine.config` reach a Hugging Face model.
@@ -69,6 +70,7 @@ class ZeroEngine(torch.nn.Module):
         self.global_samples = 0
         self.skipped_steps = 0
         self._step_applied = False
+        self._boundary_override: bool | None = None  # set_gradient_accumulation_boundary's, None: count micro-batches
         self._reducer = parts.reducer
         self._passes = parts.passes
         self._homes = parts.homes
@@ -188,9 +190,6 @@ class ZeroEngine(torch.nn.Module):
         self._losses.reset()
         self.optimizer.zero_grad(set_to_none)
 
-    def is_gradient_accumulation_boundary(self) -> bool:
-        return (self.micro_steps + 1) % self.gradient_accumulation_steps() == 0
-
     # --- figures, under DeepSpeed's names ---
     def was_step_applied(self) -> bool:
         """True if the latest `step()` updated the parameters (False between accumulation boundaries and on overflow)."""
@@ -264,25 +263,6 @@ class ZeroEngine(torch.nn.Module):
         self._saver.wait()
         return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                load_lr_scheduler_states, load_module_only, trust_checkpoint)
-
-    def save_16bit_model(self, save_dir: str | os.PathLike[str], save_filename: str = "pytorch_model.bin",
-                         exclude_frozen_parameters: bool = False) -> bool:
-        """DeepSpeed's call: rank 0 writes the model's weights and buffers in the compute dtype to
-        `<save_dir>/<save_filename>` with torch.save; returns True. Every rank must call it (stage 3 gathers)."""
-        if self.policy.stage == 3 and not self.zero_config.zero_optimization.stage3_gather_16bit_weights_on_model_save:
-            # Raised on every rank before any gather; DeepSpeed returns False and writes nothing.
-            raise ZeroError("engine.save_16bit_model at stage 3 gathers the partitioned weights only with "
-                            "zero_optimization.stage3_gather_16bit_weights_on_model_save: true in the config; "
-                            "set it, or save a checkpoint and run `zero checkpoint export`")
-        state = self.module_state_dict()
-        if self.global_rank == 0:
-            if exclude_frozen_parameters:
-                frozen = {name for name, param in self.module.named_parameters(remove_duplicate=False)
-                          if not param.requires_grad}
-                state = {name: value for name, value in state.items() if name not in frozen}
-            Path(save_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(state, Path(save_dir) / save_filename)
-        return True
 
     def memory_report(self) -> MemoryReport:
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""

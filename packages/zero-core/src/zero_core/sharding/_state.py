@@ -56,7 +56,13 @@ class WholeParameterPasses:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         if self._rank != 0:
             return {}
-        return {name: value.detach().to("cpu", copy=True) for name, value in self._module.state_dict().items()}
+        copies: dict[int, torch.Tensor] = {}  # tied parameters stay one tensor under each name
+        result: dict[str, torch.Tensor] = {}
+        for name, value in self._module.state_dict(keep_vars=True).items():
+            if id(value) not in copies:
+                copies[id(value)] = value.detach().to("cpu", copy=True)
+            result[name] = copies[id(value)]
+        return result
 
     def remove_hooks(self) -> None:
         return None

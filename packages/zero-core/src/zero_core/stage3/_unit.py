@@ -10,6 +10,7 @@ which `free()` reports (see _held.py). The engine makes one unit per module and 
 from __future__ import annotations
 
 import enum
+import itertools
 import weakref
 from collections.abc import Sequence
 
@@ -20,6 +21,9 @@ from ..memory import MemoryLedger
 from ..offload import OffloadDevice
 from ..sharding import FlatLayout, SwapPool, SwappedTensor, copy_owned
 from ._unit_swap import SwappedShard
+
+
+_parameter_ids = itertools.count()  # DeepSpeed's ds_id: one number per partitioned parameter in the process
 
 
 class UnitState(enum.Enum):
@@ -74,8 +78,10 @@ class ParamUnit:
             fill_shard(self.shard, self.layout, comm.rank)
         for slot in self.layout.slots:
             param = slot.param
-            # Attributes torch.nn.Parameter does not declare: DeepSpeed's names, read by zero-estimate and by
-            # users' code, and the unit (read by unit_of).
+            # Attributes torch.nn.Parameter does not declare: DeepSpeed's names, read by zero-estimate, the
+            # Trainer and users' code (ds_id: unique per parameter, the same for a tied one), and the unit (unit_of).
+            if not hasattr(param, "ds_id"):  # kept when initialize regroups Init's units
+                setattr(param, "ds_id", next(_parameter_ids))
             setattr(param, "ds_numel", slot.numel)
             setattr(param, "ds_shape", slot.shape)
             setattr(param, "_zero_unit", self)

@@ -1,0 +1,99 @@
+"""DeepSpeed engine calls that integrations (accelerate, the Hugging Face Trainer, RLHF loops) make beyond the
+training loop, under DeepSpeed's names and with its contracts (docs/engine.md, "DeepSpeed's calls").
+
+A mixin ZeroEngine inherits: the training loop stays in _engine.py.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import torch
+
+from ..sharding import StagePolicy, TrainingPasses
+
+from ._usage import CallOrder, EngineMisuse
+
+if TYPE_CHECKING:
+    from ..config import ZeroConfig
+
+log = logging.getLogger("zero_core.engine")
+
+GATHER_ON_SAVE_KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+
+
+class DeepSpeedCalls:
+    """DeepSpeed's calls around the loop: the accumulation boundary, consolidated 16-bit weights."""
+
+    # Set by ZeroEngine.__init__.
+    module: torch.nn.Module
+    global_rank: int
+    policy: StagePolicy
+    zero_config: ZeroConfig
+    _passes: TrainingPasses
+    _order: CallOrder
+    micro_steps: int
+    _boundary_override: bool | None
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        """Whether the current micro-batch's backward reduces and its step applies: the override, else the count."""
+        if self._boundary_override is not None:
+            return self._boundary_override
+        return (self.micro_steps + 1) % int(cast(int, self.zero_config.gradient_accumulation_steps)) == 0
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool | None) -> None:
+        """Decide whether the coming micro-batches end an accumulation (DeepSpeed's override).
+
+        As in DeepSpeed the setting stays until it is set again: True makes every following `backward` reduce
+        and every `step` apply, False holds both off; None (zero's own) returns to counting micro-batches.
+        Set it before the micro-batch's backward: the reduction follows the value backward saw.
+        """
+        previous, before = self._boundary_override, self.is_gradient_accumulation_boundary()
+        self._boundary_override = None if is_boundary is None else bool(is_boundary)
+        if self._order.backward_pending and self.is_gradient_accumulation_boundary() != before:
+            self._boundary_override = previous
+            raise EngineMisuse("engine.set_gradient_accumulation_boundary() between backward() and step() changes "
+                               "the boundary that backward already reduced for; set it before backward")
+
+    def zero_gather_16bit_weights_on_model_save(self) -> bool:
+        """The config's `stage3_gather_16bit_weights_on_model_save` (False unless set, at every stage, as in DeepSpeed)."""
+        return bool(self.zero_config.zero_optimization.stage3_gather_16bit_weights_on_model_save)
+
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters: bool = False
+                                             ) -> dict[str, torch.Tensor] | None:
+        """The model's whole weights and buffers in the compute dtype, on CPU, on rank 0; None on other ranks.
+
+        Every rank must call it: at stage 3 units are gathered one at a time, never the whole model at once.
+        Tied parameters are one tensor under each name. DeepSpeed refuses stages 0-2 (a ValueError); here they
+        give the same dictionary, since their weights are already whole.
+        """
+        state = self._passes.full_state_dict()
+        if self.global_rank != 0:
+            return None
+        if exclude_frozen_parameters:
+            frozen = {name for name, param in self.module.named_parameters(remove_duplicate=False)
+                      if not param.requires_grad}
+            state = {name: value for name, value in state.items() if name not in frozen}
+        return state
+
+    def save_16bit_model(self, save_dir: str | os.PathLike[str], save_filename: str = "pytorch_model.bin",
+                         exclude_frozen_parameters: bool = False) -> bool:
+        """DeepSpeed's call: rank 0 writes the model's weights and buffers in the compute dtype to
+        `<save_dir>/<save_filename>` with torch.save and every rank returns True. Every rank must call it.
+
+        At stage 3 without `stage3_gather_16bit_weights_on_model_save` nothing is written and it returns False,
+        as in DeepSpeed (with a WARNING naming the key, where DeepSpeed logs at INFO).
+        """
+        if self.policy.stage == 3 and not self.zero_gather_16bit_weights_on_model_save():
+            if self.global_rank == 0:
+                log.warning("engine.save_16bit_model wrote nothing: at stage 3 it gathers the partitioned weights only "
+                            "with %s: true; set it, or save a checkpoint and run `zero checkpoint export`",
+                            GATHER_ON_SAVE_KEY)
+            return False
+        state = self._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters)
+        if state is not None:
+            Path(save_dir).mkdir(parents=True, exist_ok=True)
+            torch.save(state, Path(save_dir) / save_filename)
+        return True

@@ -1,0 +1,186 @@
+"""The DeepSpeed engine calls integrations make beyond the loop (engine/_deepspeed_calls.py), at stages 0-3 on 2 ranks.
+
+- `set_gradient_accumulation_boundary(True)` forces a step after a number of micro-batches that is not a multiple of
+  `gradient_accumulation_steps` (the epoch's end): that backward reduces and that step applies, with the loss still
+  divided by gradient_accumulation_steps (DeepSpeed's rule), so with SGD the weights are exactly a plain-torch
+  reference's. The override stays until set again (DeepSpeed's); None returns to counting. Changing it between
+  backward and step is refused.
+- `_zero3_consolidated_16bit_state_dict()`: rank 0 gets module_state_dict's weights, tied ones one tensor; None on
+  rank 1; `exclude_frozen_parameters` drops frozen names.
+- `zero_gather_16bit_weights_on_model_save()` echoes the config; `ds_id` marks partitioned parameters, one per
+  parameter.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from multirank import run_ranks
+
+WORLD_SIZE = 2
+STAGES = (0, 1, 2, 3)
+LR = 0.1
+
+
+class _Tied(torch.nn.Module):
+    """An embedding whose weight the output layer shares, and a frozen layer between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(6, 6, bias=False)
+        self.frozen = torch.nn.Linear(6, 6)
+        self.frozen.requires_grad_(False)
+        self.head = torch.nn.Linear(6, 6, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.frozen(self.embed(x)))
+
+
+def _config(stage: int, **zero: Any) -> dict[str, Any]:
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+            "optimizer": {"type": "SGD", "params": {"lr": LR}},
+            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0, **zero}}
+
+
+def _batches() -> torch.Tensor:
+    """[micro][rank]: three micro-batches of two samples per rank, the same on every rank's generator."""
+    generator = torch.Generator().manual_seed(7)
+    return torch.randn(3, WORLD_SIZE, 2, 4, generator=generator)
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def _reference() -> dict[str, torch.Tensor]:
+    """Plain torch: a step on micro-batches 0-1 (each loss / 2), then a step on micro-batch 2 alone (loss / 2)."""
+    model = _model()
+    data = _batches()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for micros in ([0, 1], [2]):
+        for micro in micros:
+            for rank in range(WORLD_SIZE):
+                (model(data[micro][rank]).pow(2).mean() / 2 / WORLD_SIZE).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+def _boundary(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
+    import zero_core
+    from zero_core import EngineMisuse
+
+    found: dict[int, dict[str, Any]] = {}
+    data = _batches()
+    for stage in STAGES:
+        engine, _, _, _ = zero_core.initialize(model=_model(), config=_config(stage))
+        applied, boundaries = [], []
+        for micro in range(3):
+            if micro == 2:
+                engine.set_gradient_accumulation_boundary(True)  # the epoch ends after an odd micro-batch
+            boundaries.append(engine.is_gradient_accumulation_boundary())
+            engine.backward(engine(data[micro][rank]).pow(2).mean())
+            engine.step()
+            applied.append(engine.was_step_applied())
+        state = engine.module_state_dict()
+        sticky = engine.is_gradient_accumulation_boundary()
+        engine.set_gradient_accumulation_boundary(None)
+        counting = engine.is_gradient_accumulation_boundary()  # micro-step 4 of gradient_accumulation_steps 2
+        engine.backward(engine(data[0][rank]).pow(2).mean())
+        refused = ""
+        try:
+            engine.set_gradient_accumulation_boundary(False)
+        except EngineMisuse as error:
+            refused = str(error)
+        engine.set_gradient_accumulation_boundary(True)  # what backward saw: allowed
+        engine.step()
+        found[stage] = {"applied": applied, "boundaries": boundaries, "global_steps": engine.global_steps,
+                        "state": state, "sticky": sticky, "counting": counting, "refused": refused,
+                        "applied_after": engine.was_step_applied()}
+        engine.destroy()
+    return found
+
+
+@pytest.fixture(scope="module")
+def boundary() -> list[dict[int, dict[str, Any]]]:
+    return run_ranks(_boundary, WORLD_SIZE, timeout=120)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_forced_boundary_reduces_and_steps_like_plain_torch(boundary, stage: int) -> None:  # type: ignore[no-untyped-def]
+    result = boundary[0][stage]
+    assert result["boundaries"] == [False, True, True]
+    assert result["applied"] == [False, True, True], "the forced boundary's step applies"
+    assert result["global_steps"] == 3
+    reference = _reference()
+    for name, value in result["state"].items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_the_override_stays_until_set_and_cannot_change_a_pending_backward(
+        boundary, stage: int) -> None:  # type: ignore[no-untyped-def]
+    result = boundary[0][stage]
+    assert result["sticky"] is True, "DeepSpeed's override stays set"
+    assert result["counting"] is True, "None counts micro-batches again: micro-step 4 closes a pair"
+    assert result["refused"] == ("engine.set_gradient_accumulation_boundary() between backward() and step() changes "
+                                 "the boundary that backward already reduced for; set it before backward")
+    assert result["applied_after"] is True
+
+
+def _consolidated(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
+    import zero_core
+
+    found: dict[int, dict[str, Any]] = {}
+    for stage in STAGES:
+        torch.manual_seed(0)
+        config = {**_config(stage, stage3_gather_16bit_weights_on_model_save=stage == 3), "bf16": {"enabled": True}}
+        engine, _, _, _ = zero_core.initialize(model=_Tied(), config=config)
+        engine.backward(engine(torch.randn(2, 6, dtype=torch.bfloat16)).float().pow(2).mean())
+        engine.step()
+        full = engine._zero3_consolidated_16bit_state_dict()
+        trainable = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
+        reference = engine.module_state_dict()
+        ids = [getattr(param, "ds_id", None) for param in engine.module.parameters()]
+        found[stage] = {
+            "full": full, "trainable": None if trainable is None else sorted(trainable), "reference": reference,
+            "tied": None if full is None else full["embed.weight"] is full["head.weight"],
+            "gather_on_save": engine.zero_gather_16bit_weights_on_model_save(), "ds_ids": ids,
+        }
+        engine.destroy()
+    return found
+
+
+@pytest.fixture(scope="module")
+def consolidated() -> list[dict[int, dict[str, Any]]]:
+    return run_ranks(_consolidated, WORLD_SIZE, timeout=120)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_consolidated_state_dict_on_rank_0_with_tied_weights_shared(
+        consolidated, stage: int) -> None:  # type: ignore[no-untyped-def]
+    zero, one = consolidated[0][stage], consolidated[1][stage]
+    assert one["full"] is None and one["trainable"] is None, "None on other ranks, as in DeepSpeed"
+    assert list(zero["full"]) == list(zero["reference"]) == [
+        "embed.weight", "frozen.weight", "frozen.bias", "head.weight"], "state_dict's keys and order"
+    for name, value in zero["full"].items():
+        assert value.dtype == torch.bfloat16 and value.device.type == "cpu", name
+        assert torch.equal(value, zero["reference"][name]), name
+    assert zero["tied"], "a tied weight is one tensor under both names"
+    assert zero["trainable"] == ["embed.weight", "head.weight"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_gather_on_save_echoes_the_config_and_ds_id_marks_partitioned_parameters(
+        consolidated, stage: int) -> None:  # type: ignore[no-untyped-def]
+    result = consolidated[0][stage]
+    assert result["gather_on_save"] is (stage == 3)
+    ids = result["ds_ids"]
+    if stage < 3:
+        assert ids == [None] * len(ids), "only partitioned parameters carry ds_id, as in DeepSpeed"
+    else:
+        assert all(isinstance(value, int) for value in ids) and len(set(ids)) == len(ids) == 3, "tied: listed once"
