@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import torch
+from zero_plugins import ZeroError
 
-from ..sharding import StagePolicy, TrainingPasses
-
+from ..checkpoint import AsyncSaver
+from ..sharding import StagePolicy, TrainingPasses, ZeroOptimizer
+from ._state_moves import StateMover, engine_states, offload_state_types
 from ._usage import CallOrder, EngineMisuse
 
 if TYPE_CHECKING:
@@ -25,7 +28,7 @@ GATHER_ON_SAVE_KEY = "zero_optimization.stage3_gather_16bit_weights_on_model_sav
 
 
 class DeepSpeedCalls:
-    """DeepSpeed's calls around the loop: the accumulation boundary, consolidated 16-bit weights."""
+    """DeepSpeed's calls around the loop: the accumulation boundary, consolidated 16-bit weights, state offload."""
 
     # Set by ZeroEngine.__init__.
     module: torch.nn.Module
@@ -35,6 +38,9 @@ class DeepSpeedCalls:
     _passes: TrainingPasses
     _order: CallOrder
     micro_steps: int
+    optimizer: ZeroOptimizer
+    _saver: AsyncSaver
+    _moves: StateMover
     _boundary_override: bool | None
 
     def is_gradient_accumulation_boundary(self) -> bool:
@@ -69,6 +75,7 @@ class DeepSpeedCalls:
         Tied parameters are one tensor under each name. DeepSpeed refuses stages 0-2 (a ValueError); here they
         give the same dictionary, since their weights are already whole.
         """
+        self._order.check_states_present("_zero3_consolidated_16bit_state_dict")
         state = self._passes.full_state_dict()
         if self.global_rank != 0:
             return None
@@ -97,3 +104,30 @@ class DeepSpeedCalls:
             Path(save_dir).mkdir(parents=True, exist_ok=True)
             torch.save(state, Path(save_dir) / save_filename)
         return True
+
+    def offload_states(self, include: Iterable[object] | None = None, device: object = "cpu", pin_memory: bool = True,
+                       non_blocking: bool = False) -> None:
+        """DeepSpeed's call: move the training state off the accelerator into host memory (pinned by default) until
+        `reload_states()`. `include` names DeepSpeed's state types (`optim_states`, `hp_params`, `lp_params`,
+        `lp_grads`, `contiguous_grad_buffer`; its enum's members work too), all of them by default.
+
+        Until the reload, training calls (and checkpoints) are refused; a forward runs unless `lp_params` is away.
+        On the CPU accelerator the state is in host memory already: nothing moves, the contract is the same.
+        """
+        target = str(getattr(device, "value", device))
+        if target == "none":
+            log.warning("engine.offload_states(device='none') moved nothing; pass device='cpu' to offload")
+            return
+        if target != "cpu":
+            raise ZeroError(f"engine.offload_states moves states to host memory only; pass device='cpu' (got {target!r})")
+        kinds = offload_state_types(include)
+        self._saver.wait()  # an asynchronous save may still be reading the state
+        moved = self._moves.offload(engine_states(self.module, self.optimizer), kinds, pin_memory, non_blocking)
+        self._order.states_away = frozenset(kind.value for kind in self._moves.away)
+        log.info("engine.offload_states moved %d bytes to host memory (%s)", moved, ", ".join(sorted(self._order.states_away)))
+
+    def reload_states(self, non_blocking: bool = False) -> None:
+        """DeepSpeed's call: bring back what `offload_states()` moved; training may go on. Nothing away: nothing done."""
+        moved = self._moves.reload(non_blocking)
+        self._order.states_away = frozenset()
+        log.info("engine.reload_states moved %d bytes back to the accelerator", moved)

@@ -19,6 +19,7 @@ from ._deepspeed_calls import DeepSpeedCalls
 from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_reached
 from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
+from ._state_moves import StateMover
 from ._usage import CallOrder
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._passes = parts.passes
         self._homes = parts.homes
         self._saver = AsyncSaver()
+        # engine.offload_states(): on the CPU accelerator the state is in host memory already
+        self._moves = StateMover(parts.ledger, None if parts.device.type == "cpu" else parts.device.type)
         limits = parts.config.non_finite_steps
         dynamic = parts.config.fp16.enabled and parts.config.fp16.dynamic
         self._order = CallOrder()
@@ -229,6 +232,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
         Every rank must call it: at stage 3 the units are gathered one at a time.
         """
+        self._order.check_states_present("module_state_dict")
         return self._passes.full_state_dict()
 
     # --- checkpoints ---
@@ -240,6 +244,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         save has begun and writes it while training goes on; `wait_for_checkpoint()` waits for it."""
         from ..checkpoint import begin_save, write_save
 
+        self._order.check_states_present("save_checkpoint")
         pending = begin_save(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters)
         if async_save:
             self._saver.start(pending)
@@ -260,6 +265,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         the checkpoint names; `trust_checkpoint=True` (zero's own) lifts that, for sources you trust."""
         from ..checkpoint import load_checkpoint
 
+        self._order.check_states_present("load_checkpoint")
         self._saver.wait()
         return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                load_lr_scheduler_states, load_module_only, trust_checkpoint)

@@ -8,17 +8,29 @@ class EngineMisuse(ZeroError, RuntimeError):
     """A call out of the training loop's order (step without backward, use after destroy, ...)."""
 
 
+_READS_WEIGHTS_ONLY = frozenset({"forward", "module_state_dict", "_zero3_consolidated_16bit_state_dict"})
+
+
 class CallOrder:
     """`backward` then `step`, once per micro-batch; nothing after `destroy`."""
 
     def __init__(self) -> None:
         self.backward_pending = False  # a backward whose step has not come yet
         self.destroyed = False
+        self.states_away: frozenset[str] = frozenset()  # what engine.offload_states() moved off, until reload_states()
 
     def check_alive(self, call: str) -> None:
         if self.destroyed:
             raise EngineMisuse(f"engine.{call}() after engine.destroy(): the engine's hooks and buffers are gone; "
                                "call zero_core.initialize again for a new engine")
+        self.check_states_present(call)
+
+    def check_states_present(self, call: str) -> None:
+        """Only the weights (`lp_params`) are needed by a forward or a read of them; training needs every state."""
+        needed = self.states_away & {"lp_params"} if call in _READS_WEIGHTS_ONLY else self.states_away
+        if needed:
+            raise EngineMisuse(f"engine.{call}() while engine.offload_states() has moved {', '.join(sorted(needed))} "
+                               "off the accelerator; call engine.reload_states() first")
 
     def backward(self) -> None:
         self.check_alive("backward")

@@ -162,6 +162,13 @@ class MemoryLedger:
         if entry is not None and entry.ref() is storage:
             self._move(entry, category, entry.location)
 
+    def relocate(self, storage: torch.UntypedStorage, placement: Placement, pinned: bool = False) -> None:
+        """Count a storage's bytes at another location, in its category: `engine.offload_states()` copied them to
+        host memory and emptied the storage, `reload_states()` brings them back."""
+        entry = self._entries.get(storage._cdata)
+        if entry is not None and entry.ref() is storage:
+            self._move(entry, entry.category, location(placement, storage.device.type, pinned))
+
     # --- the allocator, the ruler ---
     def set_ruler(self, ruler: AllocatorRuler | None) -> None:
         """Set the allocator's figures beside the ledger's (memory/ruler.py); storages registered from now

@@ -103,6 +103,10 @@ class GradBuckets:
             self._tensors[index] = None
             self._views[index] = []
 
+    def held(self) -> list[torch.Tensor]:
+        """The bucket tensors allocated now (none between steps, except offloaded partitions)."""
+        return [tensor for tensor in self._tensors if tensor is not None]
+
     def zero(self) -> None:
         for tensor in self._tensors:
             if tensor is not None:
