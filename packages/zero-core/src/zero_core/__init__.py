@@ -19,6 +19,7 @@ _EXPORTS = {
     "MemoryReport": ".memory",
     "see_memory_usage": ".accelerator",
     "initialize": ".engine",
+    "add_config_arguments": ".engine",
     "init_distributed": ".comm",
     "CollectiveFailed": ".comm",
     "NonFiniteStepsError": ".engine",
@@ -37,8 +38,9 @@ _EXPORTS = {
 }
 
 _export, _dir = lazy_exports(__name__, _EXPORTS)
-# Subpackages reached as attributes after `import zero_core`, as `deepspeed.checkpointing` is.
-_SUBPACKAGES = ("checkpointing",)
+# Subpackages reached as attributes after `import zero_core`, as DeepSpeed's are after `import deepspeed`
+# (`deepspeed.zero.Init`, `deepspeed.comm.get_rank()`, `deepspeed.utils.zero_to_fp32`, ...).
+_SUBPACKAGES = ("accelerator", "checkpointing", "comm", "utils", "zero")
 
 
 def __getattr__(name: str) -> Any:
@@ -52,12 +54,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from . import checkpointing
+    from . import accelerator, checkpointing, comm, utils, zero
     from .accelerator import Accelerator, get_accelerator, see_memory_usage, set_accelerator
     from .checkpoint import get_fp32_state_dict_from_zero_checkpoint
     from .comm import CollectiveFailed, init_distributed
     from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
-    from .engine import EngineMisuse, NonFiniteStepsError, RankMismatch, ZeroEngine, ZeroOptimizer, initialize
+    from .engine import (
+        EngineMisuse,
+        NonFiniteStepsError,
+        RankMismatch,
+        ZeroEngine,
+        ZeroOptimizer,
+        add_config_arguments,
+        initialize,
+    )
     from .memory import MemoryLedger, MemoryReport, StorageTracker
     from .stage3 import GatheredParameters, HeldParametersWarning, Init
 

@@ -33,7 +33,7 @@ def select_accelerator() -> Selection:
     requested = accelerator_registry.requested_name()
     if requested is not None:
         cls = accelerator_registry.get(requested).cls
-        usable, why = cls.is_available()
+        usable, why = cls.availability()
         if not usable:
             raise AcceleratorUnavailable(
                 f"{ENV_VAR}={requested} but it cannot run here: {why}; "
@@ -45,7 +45,7 @@ def select_accelerator() -> Selection:
         accelerator_registry.registrations().values(), key=lambda reg: (-reg.cls.detect_priority, reg.name)
     )
     for registration in registrations:
-        usable, why = registration.cls.is_available()
+        usable, why = registration.cls.availability()
         if usable:
             detail = f"; skipped {'; '.join(skipped)}" if skipped else ""
             return Selection(registration.cls(), f"auto-detected ({ENV_VAR} unset){detail}")

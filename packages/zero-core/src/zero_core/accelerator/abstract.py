@@ -24,8 +24,13 @@ class Accelerator(abc.ABC):
     # --- availability, checked before an instance is made ---
     @classmethod
     @abc.abstractmethod
-    def is_available(cls) -> tuple[bool, str]:
+    def availability(cls) -> tuple[bool, str]:
         """(usable, reason). The reason says why not, or what was found."""
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """DeepSpeed's `get_accelerator().is_available()`: whether this accelerator can be used here."""
+        return cls.availability()[0]
 
     # --- devices ---
     @abc.abstractmethod
@@ -33,6 +38,10 @@ class Accelerator(abc.ABC):
 
     @abc.abstractmethod
     def device_name(self, device_index: int | None = None) -> str: ...
+
+    def current_device_name(self) -> str:
+        """DeepSpeed's name of the device this process uses ("cuda:1"; "cpu")."""
+        return self.device_name(self.current_device())
 
     def device(self, device_index: int | None = None) -> torch.device:
         return torch.device(self.device_name(device_index))
@@ -51,6 +60,9 @@ class Accelerator(abc.ABC):
 
     @abc.abstractmethod
     def manual_seed(self, seed: int) -> None: ...
+
+    def empty_cache(self) -> None:
+        """Return cached, unused device memory to the system; an accelerator without such a cache has nothing to do."""
 
     # --- dtypes ---
     @abc.abstractmethod

@@ -12,7 +12,7 @@ class CudaAccelerator(Accelerator):
     detect_priority = 100
 
     @classmethod
-    def is_available(cls) -> tuple[bool, str]:
+    def availability(cls) -> tuple[bool, str]:
         if torch.version.cuda is None:
             return False, f"torch {torch.__version__} was built without CUDA"
         if not torch.cuda.is_available():
@@ -39,6 +39,9 @@ class CudaAccelerator(Accelerator):
 
     def manual_seed(self, seed: int) -> None:
         torch.cuda.manual_seed(seed)
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
 
     def is_bf16_supported(self) -> bool:
         return bool(torch.cuda.is_bf16_supported())  # unannotated in torch

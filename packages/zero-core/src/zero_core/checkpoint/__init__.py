@@ -14,6 +14,9 @@ _EXPORTS = {
     "inspect_checkpoints": "._inspect",
     "load_checkpoint": "._load",
     "get_fp32_state_dict_from_zero_checkpoint": "._read",
+    "SavedCheckpoint": "._read",
+    "parse_size": "._export",
+    "plan_shards": "._export",
     "begin_save": "._save",
     "write_save": "._save",
 }
@@ -23,11 +26,12 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from ._async import AsyncSaver
     from ._cli import checkpoint_command
-    from ._export import export_checkpoint
+    from ._export import export_checkpoint, parse_size, plan_shards
     from ._inspect import inspect_checkpoints
     from ._load import load_checkpoint
-    from ._read import get_fp32_state_dict_from_zero_checkpoint
+    from ._read import SavedCheckpoint, get_fp32_state_dict_from_zero_checkpoint
     from ._save import begin_save, write_save
 
-__all__ = ["AsyncSaver", "begin_save", "checkpoint_command", "export_checkpoint",
-           "get_fp32_state_dict_from_zero_checkpoint", "inspect_checkpoints", "load_checkpoint", "write_save"]
+__all__ = ["AsyncSaver", "SavedCheckpoint", "begin_save", "checkpoint_command", "export_checkpoint",
+           "get_fp32_state_dict_from_zero_checkpoint", "inspect_checkpoints", "load_checkpoint", "parse_size",
+           "plan_shards", "write_save"]

@@ -63,6 +63,10 @@ class SavedCheckpoint:
                             f"shape {tuple(shape)}")
         return values.float().reshape(shape)
 
+    def buffer(self, name: str) -> torch.Tensor:
+        """Persistent buffer `name` in its saved dtype and its own shape."""
+        return self.read(f"buffer.{name}").reshape(self.description.buffers[name])
+
 
 def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir: str | Path, tag: str | None = None,
                                              exclude_frozen_parameters: bool = False,

@@ -15,6 +15,7 @@ from ..sharding import (
     ZeroOptimizer,
     split_into_buckets,
 )
+from ._arguments import add_config_arguments
 from ._assemble import assemble_engine
 from ._engine import EngineParts, ZeroEngine
 from ._initialize import initialize
@@ -23,6 +24,7 @@ from ._skips import NonFiniteStepsError
 from ._usage import EngineMisuse
 
 __all__ = [
+    "add_config_arguments",
     "DynamicLossScaler",
     "EngineMisuse",
     "EngineParts",

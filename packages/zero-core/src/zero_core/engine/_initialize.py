@@ -14,6 +14,7 @@ from ..accelerator import get_accelerator
 from ..comm import ensure_process_group
 from ..config import load_config
 from ..sharding import OptimizerFactory, ZeroOptimizer
+from ._arguments import config_source
 from ._assemble import assemble_engine
 from ._engine import ZeroEngine
 
@@ -33,7 +34,8 @@ def initialize(
 ) -> tuple[ZeroEngine, ZeroOptimizer, torch.utils.data.DataLoader[Any] | None, Any]:
     """Wrap `model` for ZeRO training; returns `(engine, optimizer, training_dataloader, lr_scheduler)`.
 
-    - `config` (or `config_params`, or `args.deepspeed_config`): a ds_config path or dict.
+    - `config` (or `config_params`, or `args.deepspeed_config` from `add_config_arguments`'s
+      `--deepspeed_config`): a ds_config path or dict; two of them are an error, as in DeepSpeed.
     - `optimizer`: a torch optimizer over the model's parameters, or a callable that takes
       param groups; if None, the config's `optimizer` block is built.
     - `model_parameters`: the parameters or param-group dicts to train (all of the model's
@@ -51,7 +53,7 @@ def initialize(
         raise ZeroError(f"model must be a torch.nn.Module (got {type(model).__name__})")
     if mpu is not None:
         raise ZeroError("model parallelism (mpu=) is not supported by zero-core; pass mpu=None")
-    source = _config_source(args, config, config_params)
+    source = config_source(args, config, config_params)
     ensure_process_group(get_accelerator(), dist_init_required)
     loaded = load_config(source, world_size=dist.get_world_size())
     engine = assemble_engine(model, loaded, optimizer, model_parameters, lr_scheduler, training_data, collate_fn)
@@ -60,15 +62,3 @@ def initialize(
         checkpointing.configure(None, deepspeed_config=loaded)
     checkpointing.use_ledger(engine.ledger)
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
-
-
-def _config_source(args: Any, config: Any, config_params: Any) -> Any:
-    given = [value for value in (config, config_params) if value is not None]
-    if len(given) == 2:
-        raise ZeroError("pass the ds_config once: config= or config_params=, not both")
-    if given:
-        return given[0]
-    from_args = getattr(args, "deepspeed_config", None)
-    if from_args is not None:
-        return from_args
-    raise ZeroError("no ds_config: pass config= (a JSON path or a dict), or args with a deepspeed_config attribute")

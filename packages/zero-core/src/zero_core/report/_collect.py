@@ -33,7 +33,7 @@ def accelerator_facts() -> dict[str, Any]:
     selection = get_selection()
     available = []
     for name, registration in sorted(accelerator_registry.registrations().items()):
-        usable, reason = registration.cls.is_available()
+        usable, reason = registration.cls.availability()
         available.append(
             {
                 "name": name,

@@ -6,6 +6,7 @@ says `zero_optimization.stage: 3`; `Init` partitions a model while it is built, 
 """
 from ._build import build_stage3_state
 from ._coordinator import GatherCoordinator, PassKind
+from ._external import register_external_parameter
 from ._gathered import GatheredParameters
 from ._held import HeldParametersWarning
 from ._init import Init
@@ -22,5 +23,6 @@ __all__ = [
     "PassKind",
     "UnitState",
     "build_stage3_state",
+    "register_external_parameter",
     "unit_of",
 ]

@@ -1,7 +1,8 @@
 """Module hooks that gather a module's units around its forward and its backward.
 
 - forward pre-hook: acquire the module's units (its own parameters, tied parameters it
-  registers, and parameters of other modules it was seen using); forward hook: release them.
+  registers, parameters of other modules registered on it with `register_external_parameter`,
+  and parameters of other modules it was seen using); forward hook: release them.
 - backward: a multi-grad hook on the forward's outputs acquires the units again when the
   first gradient reaches them, before the module's backward runs; an identity autograd
   function on the forward's inputs releases them once the gradients of the inputs are made,
@@ -24,6 +25,7 @@ from torch.autograd.graph import register_multi_grad_hook
 from torch.utils.hooks import RemovableHandle
 
 from ._coordinator import GatherCoordinator
+from ._external import external_parameters
 from ._mode import Stage3Mode
 from ._unit import ParamUnit, unit_of
 
@@ -123,6 +125,10 @@ class ModuleHooks:
     def _pre_forward(self, module: torch.nn.Module, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         units = self._units.setdefault(module, [])
+        for param in external_parameters(module):  # registered at any time, so looked up on every call
+            unit = unit_of(param)
+            if unit is not None and unit not in units and self._coordinator.owns(unit):
+                units.append(unit)
         self._busy = True
         try:
             for unit in units:
