@@ -41,7 +41,7 @@ class _Tied(torch.nn.Module):
 
 def _config(stage: int, **zero: Any) -> dict[str, Any]:
     return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-            "optimizer": {"type": "SGD", "params": {"lr": LR}},
+            "optimizer": {"type": "SGD", "params": {"lr": LR}}, "gradient_clipping": 0.0,
             "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0, **zero}}
 
 
