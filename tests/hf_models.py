@@ -28,6 +28,20 @@ def small_gpt_neox(seed: int) -> torch.nn.Module:
     return gpt_neox(seed, **SMALL_GPT_NEOX)
 
 
+# A GPT-2 of the same size, with tied input and output embeddings (the DeepSpeed-script test).
+TINY_GPT2 = {"vocab_size": 96, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+
+
+def tiny_gpt2(seed: int) -> torch.nn.Module:
+    """GPT2LMHeadModel(GPT2Config(**TINY_GPT2)) with eager attention and no dropout, its weights drawn after
+    manual_seed(seed)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf_config = GPT2Config(**TINY_GPT2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(hf_config)
+
+
 def train_causal_lm(engine: Any, data: torch.Tensor, rank: int) -> list[float]:
     """DeepSpeed's loop on a causal LM: `data[step][micro][rank]` are this rank's token ids; returns every loss."""
     losses = []
