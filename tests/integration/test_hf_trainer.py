@@ -8,7 +8,8 @@ One launch runs, on every rank:
   engine must take with it; `evaluate()` runs before train() (an engine that only evaluates) and after it;
 - a second ZeroTrainer, built with other weights, resumed from checkpoint-3 of the first, without the
   stage3_gather_16bit_weights_on_model_save key, so its save_model() writes an engine checkpoint and warns;
-- `model.generate(synced_gpus=True)` through the stage-3 engine, with the ranks asking for different lengths.
+- `model.generate(synced_gpus=True)` through the stage-3 engine, with the ranks asking for different lengths;
+- the saved model loaded inside `zero_init(...)` (partitioned as it loads), then `predict()` with no train() first.
 
 Checked: losses, grad norms and learning rates per step equal the stock Trainer's (relative 1e-3; fp32 gives
 about 1e-6), evaluation losses too, the engine took exactly the Trainer's 6 steps, the resumed run's steps
@@ -119,10 +120,23 @@ def _resumed(tmp: Path) -> dict[str, Any]:
             "not_gathered": sorted(os.listdir(tmp / "not-gathered"))}
 
 
+def _predicted_from_partitions(tmp: Path) -> dict[str, Any]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from zero_core.integrations.transformers import ZeroTrainer, zero_init
+
+    args = _args(tmp / "partitioned")
+    with zero_init(GATHERING_CONFIG, args, AutoConfig.from_pretrained(tmp / "final")):
+        model = AutoModelForCausalLM.from_pretrained(tmp / "final")
+    partitioned = all(param.numel() == 0 for param in model.gpt_neox.layers.parameters() if param.dim() == 2)
+    trainer = ZeroTrainer(model=model, args=args, zero_config=GATHERING_CONFIG)
+    return {"partitioned": partitioned, "loss": trainer.predict(Tokens(EVAL_SAMPLES, 1)).metrics["test_loss"]}
+
+
 def _ranks(rank: int, world_size: int, tmp: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
-    result = {"stock": _stock(tmp), "zero": _zero(tmp, rank), "resumed": _resumed(tmp)}
+    result = {"stock": _stock(tmp), "zero": _zero(tmp, rank), "resumed": _resumed(tmp),
+              "predicted": _predicted_from_partitions(tmp)}
     loaded = AutoModelForCausalLM.from_pretrained(tmp / "final").eval()
     probe = Tokens(2, 2).ids
     with torch.no_grad():
@@ -164,6 +178,12 @@ def test_resume_from_checkpoint_reproduces_the_last_steps(runs: list[dict[str, A
 def test_saved_model_loads_with_from_pretrained(runs: list[dict[str, Any]]) -> None:
     for rank in runs:
         torch.testing.assert_close(rank["loaded_logits"], runs[0]["zero"]["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_predict_before_train_on_a_model_partitioned_while_loading(runs: list[dict[str, Any]]) -> None:
+    predicted = runs[0]["predicted"]
+    assert predicted["partitioned"]  # zero_init partitioned the weights as from_pretrained loaded them
+    assert predicted["loss"] == pytest.approx(runs[0]["zero"]["eval"][1], rel=1e-5)
 
 
 def test_generate_at_stage_3_with_ranks_in_step(runs: list[dict[str, Any]]) -> None:

@@ -33,10 +33,10 @@ def refuse_arguments(args: TrainingArguments, zero_config: Mapping[str, Any]) ->
         (args.torch_compile,
          "torch_compile: the engine runs its hooks around the model uncompiled; remove torch_compile"),
         (args.optim in ("lomo", "adalomo"),
-         f"optim={args.optim} updates the weights inside backward, where the engine reduces gradients; choose "
+         f"optim={_name(args.optim)} updates the weights inside backward, where the engine reduces gradients; choose "
          "another optim"),
         (args.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy") and "scheduler" not in zero_config,
-         f"lr_scheduler_type={args.lr_scheduler_type} steps on evaluation metrics, but the engine steps the LR "
+         f"lr_scheduler_type={_name(args.lr_scheduler_type)} steps on evaluation metrics, but the engine steps the LR "
          "scheduler with the optimizer; choose another lr_scheduler_type, or a scheduler block in zero_config"),
         (args.fp16_full_eval or args.bf16_full_eval,
          "fp16_full_eval/bf16_full_eval cast the model for evaluation, but the engine evaluates in the config's "
@@ -68,3 +68,8 @@ def refuse_trainer(trainer: Any, zero_config: Mapping[str, Any]) -> None:
     ):
         if wrong:
             raise ZeroTrainerError(f"ZeroTrainer: {problem}")
+
+
+def _name(choice: Any) -> str:
+    """An argument as the user wrote it: TrainingArguments turns the strings into enums."""
+    return str(getattr(choice, "value", choice))

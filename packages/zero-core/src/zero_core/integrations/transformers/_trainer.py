@@ -242,10 +242,12 @@ class ZeroTrainer(Trainer):
             self._training_engine().load_checkpoint(best, load_module_only=True)
 
 
-def zero_init(zero_config: ConfigSource, args: TrainingArguments) -> Init:
+def zero_init(zero_config: ConfigSource, args: TrainingArguments, model_config: Any = None) -> Init:
     """`zero_core.Init` for a model that a ZeroTrainer will train at stage 3: build it, or `from_pretrained` it, in
     `with zero_init(zero_config, args):` to partition it while it loads, then give ZeroTrainer the same zero_config
-    and args. "auto" is filled from `args`; the optimizer and scheduler blocks, which Init does not read, are left
-    out (ZeroTrainer fills them when it trains)."""
-    config = resolve_config(read_zero_config(zero_config), args)
+    and args. "auto" is filled from `args`, and from `model_config` (`AutoConfig.from_pretrained(name)`) for the
+    hidden-size keys, so that Init keeps whole the parameters the engine will (without it Init reads them as
+    defaults, and the engine regroups the partitions). The optimizer and scheduler blocks, which Init does not
+    read, are left out: ZeroTrainer fills them when it trains."""
+    config = resolve_config(read_zero_config(zero_config), args, model_config)
     return Init(config={key: value for key, value in config.items() if key not in ("optimizer", "scheduler")})
