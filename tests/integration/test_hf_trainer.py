@@ -10,6 +10,7 @@ One launch runs, on every rank:
   stage3_gather_16bit_weights_on_model_save key, so its save_model() writes an engine checkpoint and warns;
 - `model.generate(synced_gpus=True)` through the stage-3 engine, with the ranks asking for different lengths;
 - the saved model loaded inside `zero_init(...)` (partitioned as it loads), then `predict()` with no train() first.
+And examples/hf_trainer.py runs under torchrun on 2 ranks.
 
 Checked: losses, grad norms and learning rates per step equal the stock Trainer's (relative 1e-3; fp32 gives
 about 1e-6), evaluation losses too, the engine took exactly the Trainer's 6 steps, the resumed run's steps
@@ -19,6 +20,8 @@ engine's logits, and each rank's generated tokens equal those of that loaded mod
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -198,3 +201,14 @@ def test_save_model_without_gathering_writes_a_checkpoint_and_warns(runs: list[d
     assert "model.safetensors" not in resumed["not_gathered"]
     assert any("stage3_gather_16bit_weights_on_model_save" in message for message in resumed["warnings"])
     assert runs[1]["resumed"]["warnings"] == []  # rank 0 says it once
+
+
+def test_the_example_runs_on_two_ranks(tmp_path: Path) -> None:
+    example = Path(__file__).parents[2] / "examples" / "hf_trainer.py"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    run = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(example), "--steps", "20",
+                          "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "generates the same: True" in run.stdout
+    assert (tmp_path / "final" / "model.safetensors").is_file()
