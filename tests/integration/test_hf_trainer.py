@@ -10,7 +10,8 @@ One launch runs, on every rank:
   stage3_gather_16bit_weights_on_model_save key, so its save_model() writes an engine checkpoint and warns;
 - `model.generate(synced_gpus=True)` through the stage-3 engine, with the ranks asking for different lengths;
 - the saved model loaded inside `zero_init(...)` (partitioned as it loads), then `predict()` with no train() first.
-And examples/hf_trainer.py runs under torchrun on 2 ranks.
+Also the accelerate pattern of docs/integrations.md (accelerate's data loader, zero's engine), and
+examples/hf_trainer.py under torchrun on 2 ranks.
 
 Checked: losses, grad norms and learning rates per step equal the stock Trainer's (relative 1e-3; fp32 gives
 about 1e-6), evaluation losses too, the engine took exactly the Trainer's 6 steps, the resumed run's steps
@@ -135,11 +136,34 @@ def _predicted_from_partitions(tmp: Path) -> dict[str, Any]:
     return {"partitioned": partitioned, "loss": trainer.predict(Tokens(EVAL_SAMPLES, 1)).metrics["test_loss"]}
 
 
+def _accelerate_loop() -> dict[str, Any]:
+    """docs/integrations.md's accelerate pattern: accelerate shards the data, the engine trains the model, which
+    never goes through accelerator.prepare()."""
+    import zero_core
+    from accelerate import Accelerator
+    from hf_models import small_gpt_neox
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(torch.utils.data.DataLoader(Tokens(4 * MICRO, 0), batch_size=MICRO))
+    config = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": ACCUMULATION,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 2}}
+    engine, _, _, _ = zero_core.initialize(model=small_gpt_neox(0), config=config)
+    first, losses = None, []
+    for batch in loader:
+        first = batch["input_ids"] if first is None else first
+        loss = engine(**batch).loss
+        engine.backward(loss)
+        engine.step()
+        losses.append(accelerator.gather(loss.detach()).mean().item())
+    engine.destroy()
+    return {"first": first, "losses": losses, "steps": engine.global_steps}
+
+
 def _ranks(rank: int, world_size: int, tmp: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     result = {"stock": _stock(tmp), "zero": _zero(tmp, rank), "resumed": _resumed(tmp),
-              "predicted": _predicted_from_partitions(tmp)}
+              "predicted": _predicted_from_partitions(tmp), "accelerate": _accelerate_loop()}
     loaded = AutoModelForCausalLM.from_pretrained(tmp / "final").eval()
     probe = Tokens(2, 2).ids
     with torch.no_grad():
@@ -201,6 +225,12 @@ def test_save_model_without_gathering_writes_a_checkpoint_and_warns(runs: list[d
     assert "model.safetensors" not in resumed["not_gathered"]
     assert any("stage3_gather_16bit_weights_on_model_save" in message for message in resumed["warnings"])
     assert runs[1]["resumed"]["warnings"] == []  # rank 0 says it once
+
+
+def test_accelerate_shards_the_data_for_the_engine(runs: list[dict[str, Any]]) -> None:
+    first, second = runs[0]["accelerate"], runs[1]["accelerate"]
+    assert not torch.equal(first["first"], second["first"])  # each rank got its own shard
+    assert first["steps"] == second["steps"] == 1 and first["losses"] == second["losses"]
 
 
 def test_the_example_runs_on_two_ranks(tmp_path: Path) -> None:
