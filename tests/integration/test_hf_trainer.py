@@ -6,6 +6,8 @@ One launch runs, on every rank:
   clipping, AdamW's lr/betas/eps/weight_decay, precision, the hidden-size keys), same seeds and data. An epoch
   is 7 micro-batches, so every 4th step is the Trainer's short end-of-epoch step (one micro-batch), which the
   engine must take with it; `evaluate()` runs before train() (an engine that only evaluates) and after it;
+- the stock Trainer and ZeroTrainer at stage 2 with a zero_config holding only the stage: the Trainer's AdamW
+  with weight decay (its two param groups) and its warmup schedule, through zero_core.initialize;
 - a second ZeroTrainer, built with other weights, resumed from checkpoint-3 of the first, without the
   stage3_gather_16bit_weights_on_model_save key, so its save_model() writes an engine checkpoint and warns;
 - `model.generate(synced_gpus=True)` through the stage-3 engine, with the ranks asking for different lengths;
@@ -62,10 +64,10 @@ class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 def _args(output_dir: Path, **kwargs: Any) -> Any:
     from transformers import TrainingArguments
 
-    return TrainingArguments(output_dir=str(output_dir), per_device_train_batch_size=MICRO,
-                             per_device_eval_batch_size=MICRO, gradient_accumulation_steps=ACCUMULATION,
-                             learning_rate=1e-3, max_steps=STEPS, logging_steps=1, report_to=[], use_cpu=True,
-                             disable_tqdm=True, **kwargs)
+    return TrainingArguments(**{"output_dir": str(output_dir), "per_device_train_batch_size": MICRO,
+                                "per_device_eval_batch_size": MICRO, "gradient_accumulation_steps": ACCUMULATION,
+                                "learning_rate": 1e-3, "max_steps": STEPS, "logging_steps": 1, "report_to": [],
+                                "use_cpu": True, "disable_tqdm": True, **kwargs})
 
 
 def _logged(trainer: Any) -> list[tuple[int, float, float, float]]:
@@ -108,6 +110,23 @@ def _zero(tmp: Path, rank: int) -> dict[str, Any]:
         result["generated"] = engine.generate(input_ids=probe[rank:rank + 1, :5], max_new_tokens=6 - 3 * rank,
                                               do_sample=False, synced_gpus=True, pad_token_id=0)
     return result
+
+
+def _trainers_own_optimizer(tmp: Path) -> dict[str, Any]:
+    """A zero_config with only a stage: the Trainer's AdamW (weight decay off for biases and norms) and schedule."""
+    from hf_models import small_gpt_neox
+    from transformers import Trainer
+    from zero_core.integrations.transformers import ZeroTrainer
+
+    logged = {}
+    for name, make in (("stock", Trainer), ("zero", ZeroTrainer)):
+        extra = {"zero_config": {"zero_optimization": {"stage": 2}}} if make is ZeroTrainer else {}
+        trainer = make(model=small_gpt_neox(0), args=_args(tmp / f"own-{name}", save_strategy="no", weight_decay=0.1,
+                                                           max_steps=3, warmup_steps=1),
+                       train_dataset=Tokens(SAMPLES, 0), **extra)
+        trainer.train()
+        logged[name] = _logged(trainer)
+    return logged
 
 
 def _resumed(tmp: Path) -> dict[str, Any]:
@@ -163,7 +182,8 @@ def _ranks(rank: int, world_size: int, tmp: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     result = {"stock": _stock(tmp), "zero": _zero(tmp, rank), "resumed": _resumed(tmp),
-              "predicted": _predicted_from_partitions(tmp), "accelerate": _accelerate_loop()}
+              "predicted": _predicted_from_partitions(tmp), "accelerate": _accelerate_loop(),
+              "own_optimizer": _trainers_own_optimizer(tmp)}
     loaded = AutoModelForCausalLM.from_pretrained(tmp / "final").eval()
     probe = Tokens(2, 2).ids
     with torch.no_grad():
@@ -189,6 +209,11 @@ def test_training_matches_the_stock_trainer(runs: list[dict[str, Any]]) -> None:
     assert len(zero["logged"]) == STEPS and {"loss", "grad_norm", "learning_rate"} <= zero["keys"]
     _close(zero["logged"], stock["logged"])
     assert zero["steps"] == STEPS  # the engine stepped with the Trainer, short end-of-epoch step included
+
+
+def test_the_trainers_own_optimizer_and_schedule(runs: list[dict[str, Any]]) -> None:
+    logged = runs[0]["own_optimizer"]
+    _close(logged["zero"], logged["stock"])
 
 
 def test_evaluate_matches_the_stock_trainer(runs: list[dict[str, Any]]) -> None:
