@@ -17,10 +17,7 @@ transformers' DeepSpeed switch (`is_deepspeed_enabled`, the zero3 weakref that `
 """
 from __future__ import annotations
 
-import logging
-import os
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,8 +33,6 @@ from ._auto_values import ZeroTrainerError, resolve_config
 from ._config_source import ConfigSource, read_zero_config
 from ._engine_parts import EngineOptimizer, EngineScheduler, evaluation_config, no_step_optimizer
 from ._refusals import refuse_arguments, refuse_trainer
-
-logger = logging.getLogger(__name__)
 
 # Trainer methods overridden or called here: with a transformers that lacks one, an override would never run.
 _OVERRIDDEN = ("create_accelerator_and_postprocess", "_build_accelerator_args", "_move_model_to_device", "_wrap_model",
