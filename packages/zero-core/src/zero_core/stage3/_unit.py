@@ -10,7 +10,6 @@ which `free()` reports (see _held.py). The engine makes one unit per module and 
 from __future__ import annotations
 
 import enum
-import itertools
 import weakref
 from collections.abc import Sequence
 
@@ -21,9 +20,6 @@ from ..memory import MemoryLedger
 from ..offload import OffloadDevice
 from ..sharding import FlatLayout, SwapPool, SwappedTensor, copy_owned
 from ._unit_swap import SwappedShard
-
-
-_parameter_ids = itertools.count()  # DeepSpeed's ds_id: one number per partitioned parameter in the process
 
 
 class UnitState(enum.Enum):
@@ -78,10 +74,9 @@ class ParamUnit:
             fill_shard(self.shard, self.layout, comm.rank)
         for slot in self.layout.slots:
             param = slot.param
-            # Attributes torch.nn.Parameter does not declare: DeepSpeed's names, read by zero-estimate, the
-            # Trainer and users' code (ds_id: unique per parameter, the same for a tied one), and the unit (unit_of).
-            if not hasattr(param, "ds_id"):  # kept when initialize regroups Init's units
-                setattr(param, "ds_id", next(_parameter_ids))
+            # Attributes torch.nn.Parameter does not declare: DeepSpeed's sizes, read by zero-estimate, the Trainer
+            # and users' code, and the unit (unit_of). Not `ds_id`: DeepSpeed's code (its F.linear patch, engine,
+            # module_inject) takes it to mean a DeepSpeed parameter and then calls ds_status, all_gather(), ds_tensor.
             setattr(param, "ds_numel", slot.numel)
             setattr(param, "ds_shape", slot.shape)
             setattr(param, "_zero_unit", self)
