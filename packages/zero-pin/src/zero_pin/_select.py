@@ -1,10 +1,9 @@
 """The pin-backend registry, selection by DS_PIN_MEMORY_BACKEND, and the calls routed to it."""
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
-from zero_plugins import NamedRegistry, get_plugin_manager
+from zero_plugins import NamedRegistry, Status
 
 from . import _hookspecs
 from ._backend import PinBackend
@@ -21,26 +20,8 @@ REGISTRY: NamedRegistry[PinBackend] = NamedRegistry(
     hookspecs=_hookspecs,
     base=PinBackend,
     env_var=ENV_VAR,
+    default=DEFAULT,
 )
-
-_lock = threading.RLock()
-# One instance per registered (name, class) for the whole process: the native backend's
-# address ranges must be shared by every caller.
-_instances: dict[tuple[str, type[PinBackend]], PinBackend] = {}
-# Looking a name up calls every plugin's hook (~0.1 ms) and pin_memory / is_pinned run per
-# tensor, so a resolved name is remembered until the set of registered plugins changes.
-_resolved: dict[str, PinBackend] = {}
-_resolved_for: list[tuple[str, object]] = []
-
-
-class BackendStatus(TypedDict):
-    """One row of backend_statuses()."""
-
-    name: str
-    available: bool
-    reason: str
-    distribution: str
-    selected: bool
 
 
 def selected_name() -> str:
@@ -48,25 +29,17 @@ def selected_name() -> str:
 
 
 def get_backend(name: str | None = None) -> PinBackend:
-    """The backend registered as `name` (default: DS_PIN_MEMORY_BACKEND, else torch).
+    """The backend registered as `name` (default: DS_PIN_MEMORY_BACKEND, else torch), one per process.
 
     Raises PluginError for an unknown name, NativeBuildError if `native` cannot build.
     """
-    global _resolved_for
-    name = name or selected_name()
-    plugins = get_plugin_manager().list_name_plugin()
-    with _lock:
-        if plugins != _resolved_for:
-            _resolved.clear()
-            _resolved_for = plugins
-        if name not in _resolved:
-            cls = REGISTRY.get(name).cls
-            if (name, cls) not in _instances:
-                backend = cls()
-                backend.name = name
-                _instances[name, cls] = backend
-            _resolved[name] = _instances[name, cls]
-        return _resolved[name]
+    return REGISTRY.shared_instance(name or selected_name(), _make_backend)
+
+
+def _make_backend(name: str, cls: type[PinBackend]) -> PinBackend:
+    backend = cls()
+    backend.name = name
+    return backend
 
 
 def available_backends() -> dict[str, type[PinBackend]]:
@@ -74,18 +47,9 @@ def available_backends() -> dict[str, type[PinBackend]]:
     return {name: registration.cls for name, registration in sorted(REGISTRY.registrations().items())}
 
 
-def backend_statuses() -> list[BackendStatus]:
+def backend_statuses() -> list[Status]:
     """One row per registered backend: name, available, reason, distribution, selected. Builds nothing."""
-    selected = selected_name()
-    rows: list[BackendStatus] = []
-    for name, registration in sorted(REGISTRY.registrations().items()):
-        try:
-            available, reason = registration.cls.available()
-        except Exception as error:  # a plugin's broken check must not hide the other backends
-            available, reason = False, f"available() raised {error!r}"
-        rows.append({"name": name, "available": bool(available), "reason": reason,
-                     "distribution": registration.provider.distribution, "selected": name == selected})
-    return rows
+    return REGISTRY.statuses()
 
 
 def pin_memory(tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:

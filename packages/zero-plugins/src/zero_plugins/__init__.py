@@ -14,7 +14,7 @@ from ._manager import (
 )
 from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from ._versions import installed_zero_distributions
-from ._registry import NamedRegistry, Registration
+from ._registry import Checkable, NamedRegistry, Registration, Status
 from ._output import CommandResult, format_table
 from ._user_files import (
     MAX_CONFIG_BYTES,
@@ -43,12 +43,14 @@ __all__ = [
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
+    "Checkable",
     "NamedRegistry",
     "PluginError",
     "PluginInfo",
     "Provenance",
     "Registration",
     "RunCommand",
+    "Status",
     "ZeroError",
     "__version__",
     "disabled_plugin_names",

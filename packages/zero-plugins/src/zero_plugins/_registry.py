@@ -1,25 +1,48 @@
-"""Name-to-class registries fed by `zero_register_*(register)` hooks.
+"""Name-to-class registries fed by `zero_register_*(register)` hooks, and selection among them.
 
 Each package that calls such a hook owns one `NamedRegistry`. The hook hands every
 plugin a `register(name, cls)` callback tagged with that plugin, so a duplicate name
 can be reported with both providers. Entries are collected on each call (cheap:
 hooks only import and register classes) so plugins registered by tests or after
-start-up are always seen.
+start-up are always seen. The registry also holds what every selector needs: the
+name chosen by an environment variable or the default, each implementation's status
+with its reason, and instances shared by the whole process.
 """
 from __future__ import annotations
 
 import difflib
 import os
+import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Protocol, TypedDict, TypeVar
 
 from ._distribution import Provenance, provenance
 from ._errors import PluginError
 from ._hooks import plain_hookimpls
-from ._manager import use_hookspecs
+from ._manager import get_plugin_manager, use_hookspecs
 
-T = TypeVar("T")
+
+class Checkable(Protocol):
+    """What a registry asks of every registered class before one is made."""
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """(usable, reason): why not, or what was found. Must not raise or build anything."""
+        ...
+
+
+T = TypeVar("T", bound=Checkable)
+
+
+class Status(TypedDict):
+    """One registered implementation as `zero report` and the `check` commands list it."""
+
+    name: str
+    available: bool
+    reason: str
+    distribution: str
+    selected: bool
 
 
 @dataclass(frozen=True)
@@ -38,6 +61,7 @@ class NamedRegistry(Generic[T]):
               and bases are ABCs, so declare T where the registry is made:
               `REGISTRY: NamedRegistry[PinBackend] = NamedRegistry(..., base=PinBackend, ...)`.
     env_var:  the variable that selects one by name.
+    default:  the name used when env_var is unset; None where the caller chooses (auto-detection).
     """
 
     def __init__(
@@ -48,12 +72,22 @@ class NamedRegistry(Generic[T]):
         hookspecs: ModuleType | type,
         base: type,
         env_var: str,
+        default: str | None = None,
     ) -> None:
         self.kind = kind
         self.hook_name = hook_name
         self.hookspecs = hookspecs
         self.base = base
         self.env_var = env_var
+        self.default = default
+        self._lock = threading.RLock()
+        # One instance per registered (name, class) for the whole process: a backend's state
+        # (the native pin backend's address ranges) must be shared by every caller.
+        self._instances: dict[tuple[str, type[T]], T] = {}
+        # Looking a name up calls every plugin's hook (~0.1 ms) and shared instances serve
+        # per-tensor calls, so a resolved name is remembered until the set of plugins changes.
+        self._resolved: dict[str, T] = {}
+        self._resolved_for: list[tuple[str, object]] = []
 
     def registrations(self) -> dict[str, Registration[T]]:
         manager = use_hookspecs(self.hookspecs)
@@ -95,6 +129,47 @@ class NamedRegistry(Generic[T]):
         """The name set in the selecting environment variable, or None when unset/blank."""
         value = os.environ.get(self.env_var, "").strip()
         return value or None
+
+    def selected_name(self) -> str | None:
+        """The name set in env_var, else the default (None: nothing chosen yet)."""
+        return self.requested_name() or self.default
+
+    def availability(self, cls: type[T]) -> tuple[bool, str]:
+        """cls.available(), with a check that raises reported as unusable."""
+        try:
+            usable, reason = cls.available()
+        except Exception as error:  # a plugin's broken check must not hide the other implementations
+            return False, f"available() raised {error!r}"
+        return bool(usable), str(reason)
+
+    def statuses(self, selected: str | None = None) -> list[Status]:
+        """One row per registration, by name; `selected` defaults to selected_name(). Builds nothing."""
+        chosen = selected or self.selected_name()
+        rows: list[Status] = []
+        for name, registration in sorted(self.registrations().items()):
+            usable, reason = self.availability(registration.cls)
+            rows.append({"name": name, "available": usable, "reason": reason,
+                         "distribution": registration.provider.distribution, "selected": name == chosen})
+        return rows
+
+    def usable_listing(self) -> str:
+        """The usable implementations as "name (distribution), ...", or "none"; for error messages."""
+        usable = [f"{row['name']} ({row['distribution']})" for row in self.statuses() if row["available"]]
+        return ", ".join(usable) or "none"
+
+    def shared_instance(self, name: str, make: Callable[[str, type[T]], T]) -> T:
+        """The process-wide instance registered as `name`, made once by make(name, cls)."""
+        plugins = get_plugin_manager().list_name_plugin()
+        with self._lock:
+            if plugins != self._resolved_for:
+                self._resolved.clear()
+                self._resolved_for = plugins
+            if name not in self._resolved:
+                cls = self.get(name).cls
+                if (name, cls) not in self._instances:
+                    self._instances[name, cls] = make(name, cls)
+                self._resolved[name] = self._instances[name, cls]
+            return self._resolved[name]
 
     def _unknown_message(self, name: str, found: dict[str, Registration[T]]) -> str:
         available = ", ".join(

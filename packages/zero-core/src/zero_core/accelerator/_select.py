@@ -16,7 +16,7 @@ accelerator_registry: NamedRegistry[Accelerator] = NamedRegistry(
     hookspecs=_hookspecs,
     base=Accelerator,
     env_var=ENV_VAR,
-)
+)  # no default: unset means auto-detection by detect_priority
 
 
 class AcceleratorUnavailable(ZeroError):
@@ -33,7 +33,7 @@ def select_accelerator() -> Selection:
     requested = accelerator_registry.requested_name()
     if requested is not None:
         cls = accelerator_registry.get(requested).cls
-        usable, why = cls.availability()
+        usable, why = accelerator_registry.availability(cls)
         if not usable:
             raise AcceleratorUnavailable(
                 f"{ENV_VAR}={requested} but it cannot run here: {why}; "
@@ -45,7 +45,7 @@ def select_accelerator() -> Selection:
         accelerator_registry.registrations().values(), key=lambda reg: (-reg.cls.detect_priority, reg.name)
     )
     for registration in registrations:
-        usable, why = registration.cls.availability()
+        usable, why = accelerator_registry.availability(registration.cls)
         if usable:
             detail = f"; skipped {'; '.join(skipped)}" if skipped else ""
             return Selection(registration.cls(), f"auto-detected ({ENV_VAR} unset){detail}")

@@ -24,13 +24,13 @@ class Accelerator(abc.ABC):
     # --- availability, checked before an instance is made ---
     @classmethod
     @abc.abstractmethod
-    def availability(cls) -> tuple[bool, str]:
-        """(usable, reason). The reason says why not, or what was found."""
+    def available(cls) -> tuple[bool, str]:
+        """(usable, reason), as every registered plugin class answers. The reason says why not, or what was found."""
 
     @classmethod
     def is_available(cls) -> bool:
         """DeepSpeed's `get_accelerator().is_available()`: whether this accelerator can be used here."""
-        return cls.availability()[0]
+        return cls.available()[0]
 
     # --- devices ---
     @abc.abstractmethod

@@ -24,7 +24,7 @@ class CpuAccelerator(Accelerator):
     detect_priority = 0
 
     @classmethod
-    def availability(cls) -> tuple[bool, str]:
+    def available(cls) -> tuple[bool, str]:
         return True, "always available"
 
     def communication_backend_name(self) -> str:

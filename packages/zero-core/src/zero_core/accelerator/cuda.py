@@ -12,7 +12,7 @@ class CudaAccelerator(Accelerator):
     detect_priority = 100
 
     @classmethod
-    def availability(cls) -> tuple[bool, str]:
+    def available(cls) -> tuple[bool, str]:
         if torch.version.cuda is None:
             return False, f"torch {torch.__version__} was built without CUDA"
         if not torch.cuda.is_available():

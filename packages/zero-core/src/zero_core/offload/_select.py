@@ -36,7 +36,7 @@ def open_offload_device(name: str, settings: OffloadSettings) -> OffloadDevice:
         others = ", ".join(sorted(found)) or "none"
         raise ConfigError(key, f"offload device {name!r} is not available: {why}; devices available: {others}")
     cls = found[name].cls
-    usable, reason = cls.available()
+    usable, reason = offload_device_registry.availability(cls)
     if not usable:
         raise ConfigError(key, f"offload device {name!r} cannot run here: {reason}")
     return cls(settings)

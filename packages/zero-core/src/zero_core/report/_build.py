@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zero_plugins import CommandResult, format_table, installed_zero_distributions
+from zero_plugins import CommandResult, Status, format_table, installed_zero_distributions
 
 from . import _collect
 from ._sections import Section, plugin_sections
@@ -51,18 +51,9 @@ def render(data: dict[str, Any], extra: list[Section]) -> str:
         "zero report",
         format_table(["item", "value"], general),
         "accelerators",
-        format_table(
-            ["name", "available", "reason", "distribution"],
-            [(a["name"], "yes" if a["available"] else "no", a["reason"], a["distribution"]) for a in accel["accelerators"]],
-        ),
+        _status_table(accel["accelerators"]),
         "pin backends (DS_PIN_MEMORY_BACKEND)",
-        format_table(
-            ["name", "available", "selected", "reason", "distribution"],
-            [
-                (b["name"], "yes" if b["available"] else "no", "*" if b["selected"] else "", b["reason"], b["distribution"])
-                for b in pin["backends"]
-            ],
-        ),
+        _status_table(pin["backends"]),
         *(part for section in extra for part in (section.title, section.text)),
         "plugins",
         format_table(
@@ -71,3 +62,11 @@ def render(data: dict[str, Any], extra: list[Section]) -> str:
         ),
     ]
     return "\n\n".join(sections)
+
+
+def _status_table(rows: list[Status]) -> str:
+    return format_table(
+        ["name", "available", "selected", "reason", "distribution"],
+        [(r["name"], "yes" if r["available"] else "no", "*" if r["selected"] else "", r["reason"], r["distribution"])
+         for r in rows],
+    )

@@ -31,22 +31,11 @@ def torch_facts() -> dict[str, str | None]:
 def accelerator_facts() -> dict[str, Any]:
     """The chosen accelerator and why; raises the selection error for a bad DS_ACCELERATOR."""
     selection = get_selection()
-    available = []
-    for name, registration in sorted(accelerator_registry.registrations().items()):
-        usable, reason = registration.cls.availability()
-        available.append(
-            {
-                "name": name,
-                "available": usable,
-                "reason": reason,
-                "distribution": registration.provider.distribution,
-            }
-        )
     return {
         "selected": selection.accelerator.name,
         "reason": selection.reason,
         "memory_stats_source": selection.accelerator.memory_stats_source(),
-        "accelerators": available,
+        "accelerators": accelerator_registry.statuses(selected=selection.accelerator.name),
     }
 
 

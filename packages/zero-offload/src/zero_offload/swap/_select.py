@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-from zero_plugins import NamedRegistry
+from zero_plugins import NamedRegistry, Status
 
 from . import _hookspecs
 from ._backend import SwapBackend
@@ -21,24 +21,15 @@ REGISTRY: NamedRegistry[SwapBackend] = NamedRegistry(
     hookspecs=_hookspecs,
     base=SwapBackend,
     env_var=ENV_VAR,
+    default=DEFAULT,
 )
-
-
-class BackendStatus(TypedDict):
-    """One row of backend_statuses()."""
-
-    name: str
-    available: bool
-    reason: str
-    distribution: str
-    selected: bool
 
 
 class BackendListing(TypedDict):
     """backend_listing(): what `zero swap check` and `zero report` show of the backends."""
 
     selected: str
-    backends: list[BackendStatus]
+    backends: list[Status]
 
 
 def selected_name() -> str:
@@ -46,15 +37,9 @@ def selected_name() -> str:
     return REGISTRY.requested_name() or DEFAULT
 
 
-def backend_statuses() -> list[BackendStatus]:
+def backend_statuses() -> list[Status]:
     """One row per registered backend: name, available (and why, or why not), distribution, selected."""
-    selected = selected_name()
-    rows: list[BackendStatus] = []
-    for name, registration in sorted(REGISTRY.registrations().items()):
-        available, reason = _availability(registration.cls)
-        rows.append({"name": name, "available": available, "reason": reason,
-                     "distribution": registration.provider.distribution, "selected": name == selected})
-    return rows
+    return REGISTRY.statuses()
 
 
 def backend_listing() -> BackendListing:
@@ -75,19 +60,11 @@ def get_swap_backend(aio: AioConfig | None = None, *, name: str | None = None,
     """
     name = name or selected_name()
     cls = REGISTRY.get(name).cls
-    available, reason = _availability(cls)
+    available, reason = REGISTRY.availability(cls)
     if not available:
-        usable = ", ".join(f"{row['name']} ({row['distribution']})" for row in backend_statuses() if row["available"])
         raise SwapError(f"swap backend {name!r} (from {ENV_VAR}) is not available here: {reason}; "
-                        f"available: {usable or 'none'}")
+                        f"available: {REGISTRY.usable_listing()}")
     backend = cls(aio, buffered=buffered)
     backend.name = name
     return backend
 
-
-def _availability(cls: type[SwapBackend]) -> tuple[bool, str]:
-    try:
-        available, reason = cls.available()
-    except Exception as error:  # a plugin's broken check must not hide the other backends
-        return False, f"available() raised {error!r}"
-    return bool(available), str(reason)
