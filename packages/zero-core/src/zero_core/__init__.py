@@ -53,22 +53,48 @@ def __dir__() -> list[str]:
     return sorted({*_dir(), *_SUBPACKAGES})
 
 
-if TYPE_CHECKING:
-    from . import accelerator, checkpointing, comm, utils, zero
-    from .accelerator import Accelerator, get_accelerator, see_memory_usage, set_accelerator
-    from .checkpoint import get_fp32_state_dict_from_zero_checkpoint
-    from .comm import CollectiveFailed, init_distributed
-    from .config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
-    from .engine import (
-        EngineMisuse,
-        NonFiniteStepsError,
-        RankMismatch,
-        ZeroEngine,
-        ZeroOptimizer,
-        add_config_arguments,
-        initialize,
+if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from . import (
+        accelerator as accelerator,
+        checkpointing as checkpointing,
+        comm as comm,
+        utils as utils,
+        zero as zero,
     )
-    from .memory import MemoryLedger, MemoryReport, StorageTracker
-    from .stage3 import GatheredParameters, HeldParametersWarning, Init
+    from .accelerator import (
+        Accelerator as Accelerator,
+        get_accelerator as get_accelerator,
+        see_memory_usage as see_memory_usage,
+        set_accelerator as set_accelerator,
+    )
+    from .checkpoint import (
+        get_fp32_state_dict_from_zero_checkpoint as get_fp32_state_dict_from_zero_checkpoint,
+    )
+    from .comm import CollectiveFailed as CollectiveFailed, init_distributed as init_distributed
+    from .config import (
+        ConfigError as ConfigError,
+        IgnoredConfigKeysWarning as IgnoredConfigKeysWarning,
+        ZeroConfig as ZeroConfig,
+        load_config as load_config,
+    )
+    from .engine import (
+        EngineMisuse as EngineMisuse,
+        NonFiniteStepsError as NonFiniteStepsError,
+        RankMismatch as RankMismatch,
+        ZeroEngine as ZeroEngine,
+        ZeroOptimizer as ZeroOptimizer,
+        add_config_arguments as add_config_arguments,
+        initialize as initialize,
+    )
+    from .memory import (
+        MemoryLedger as MemoryLedger,
+        MemoryReport as MemoryReport,
+        StorageTracker as StorageTracker,
+    )
+    from .stage3 import (
+        GatheredParameters as GatheredParameters,
+        HeldParametersWarning as HeldParametersWarning,
+        Init as Init,
+    )
 
 __all__ = ["__version__", *_EXPORTS, *_SUBPACKAGES]

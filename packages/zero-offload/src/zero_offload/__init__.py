@@ -17,7 +17,7 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-if TYPE_CHECKING:
-    from .optim import CPUAdagrad, CPUAdam, CPULion
+if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from .optim import CPUAdagrad as CPUAdagrad, CPUAdam as CPUAdam, CPULion as CPULion
 
 __all__ = ["__version__", *_EXPORTS]

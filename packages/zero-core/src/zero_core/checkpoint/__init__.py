@@ -23,15 +23,20 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-if TYPE_CHECKING:
-    from ._async import AsyncSaver
-    from ._cli import checkpoint_command
-    from ._export import export_checkpoint, parse_size, plan_shards
-    from ._inspect import inspect_checkpoints
-    from ._load import load_checkpoint
-    from ._read import SavedCheckpoint, get_fp32_state_dict_from_zero_checkpoint
-    from ._save import begin_save, write_save
+if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from ._async import AsyncSaver as AsyncSaver
+    from ._cli import checkpoint_command as checkpoint_command
+    from ._export import (
+        export_checkpoint as export_checkpoint,
+        parse_size as parse_size,
+        plan_shards as plan_shards,
+    )
+    from ._inspect import inspect_checkpoints as inspect_checkpoints
+    from ._load import load_checkpoint as load_checkpoint
+    from ._read import (
+        SavedCheckpoint as SavedCheckpoint,
+        get_fp32_state_dict_from_zero_checkpoint as get_fp32_state_dict_from_zero_checkpoint,
+    )
+    from ._save import begin_save as begin_save, write_save as write_save
 
-__all__ = ["AsyncSaver", "SavedCheckpoint", "begin_save", "checkpoint_command", "export_checkpoint",
-           "get_fp32_state_dict_from_zero_checkpoint", "inspect_checkpoints", "load_checkpoint", "parse_size",
-           "plan_shards", "write_save"]
+__all__ = [*_EXPORTS]

@@ -24,15 +24,14 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-if TYPE_CHECKING:
-    from ._cli import profile_command
-    from ._compare import compare
-    from ._estimator import estimate_memory
-    from ._html import profile_html
-    from ._phases import PHASES, hf_train_step, profile_engine
-    from ._request import ProfileRequest, Setting
-    from ._run import run_profile
-    from ._text import profile_text
+if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from ._cli import profile_command as profile_command
+    from ._compare import compare as compare
+    from ._estimator import estimate_memory as estimate_memory
+    from ._html import profile_html as profile_html
+    from ._phases import PHASES as PHASES, hf_train_step as hf_train_step, profile_engine as profile_engine
+    from ._request import ProfileRequest as ProfileRequest, Setting as Setting
+    from ._run import run_profile as run_profile
+    from ._text import profile_text as profile_text
 
-__all__ = ["PHASES", "ProfileRequest", "Setting", "compare", "estimate_memory", "hf_train_step", "profile_command",
-           "profile_engine", "profile_html", "profile_text", "run_profile"]
+__all__ = [*_EXPORTS]

@@ -14,8 +14,8 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-if TYPE_CHECKING:
-    from ._build import build_report
-    from ._table import ReportTable
+if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from ._build import build_report as build_report
+    from ._table import ReportTable as ReportTable
 
-__all__ = ["ReportTable", "build_report"]  # spelled out: mypy reads no computed __all__
+__all__ = [*_EXPORTS]

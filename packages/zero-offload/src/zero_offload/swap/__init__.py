@@ -28,11 +28,25 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-if TYPE_CHECKING:
-    from ._backend import SwapBackend, SwapHandle
-    from ._buffers import ALIGNMENT, aligned_empty, padded_nbytes
-    from ._direct import BUFFERED_ENV, check_direct_io
-    from ._errors import DirectIOUnsupportedError, SwapError, SwapIOError, UnalignedBufferError
-    from ._select import ENV_VAR, backend_statuses, get_swap_backend, selected_name
+if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from ._backend import SwapBackend as SwapBackend, SwapHandle as SwapHandle
+    from ._buffers import (
+        ALIGNMENT as ALIGNMENT,
+        aligned_empty as aligned_empty,
+        padded_nbytes as padded_nbytes,
+    )
+    from ._direct import BUFFERED_ENV as BUFFERED_ENV, check_direct_io as check_direct_io
+    from ._errors import (
+        DirectIOUnsupportedError as DirectIOUnsupportedError,
+        SwapError as SwapError,
+        SwapIOError as SwapIOError,
+        UnalignedBufferError as UnalignedBufferError,
+    )
+    from ._select import (
+        ENV_VAR as ENV_VAR,
+        backend_statuses as backend_statuses,
+        get_swap_backend as get_swap_backend,
+        selected_name as selected_name,
+    )
 
-__all__ = list(_EXPORTS)
+__all__ = [*_EXPORTS]
