@@ -16,8 +16,7 @@ from zero_core.memory import Placement
 from zero_core.offload import OffloadPlan, OffloadSettings, SwapSpace
 
 from .._cpu_device import CpuOffloadDevice
-from ..swap._direct import buffered_from_env, check_direct_io
-from ..swap._select import get_swap_backend
+from ..swap import buffered_from_env, check_direct_io, get_swap_backend
 from ._capacity import check_disk_space
 from ._run_dir import SwapDirectory
 from ._space import NvmeSwapSpace

@@ -19,9 +19,7 @@ import zero_pin
 from zero_core.memory import MemoryLedger, Placement
 from zero_core.offload import SwapSlot, SwapSpace, SwapTransfer
 
-from ..swap._backend import SwapBackend
-from ..swap._buffers import ALIGNMENT, aligned_empty, padded_nbytes
-from ..swap._errors import SwapError
+from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, padded_nbytes
 from ._run_dir import SwapDirectory
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

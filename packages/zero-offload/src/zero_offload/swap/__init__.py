@@ -19,6 +19,7 @@ _EXPORTS = {
     "UnalignedBufferError": "._errors",
     "DirectIOUnsupportedError": "._errors",
     "BUFFERED_ENV": "._direct",
+    "buffered_from_env": "._direct",
     "check_direct_io": "._direct",
     "ENV_VAR": "._select",
     "backend_statuses": "._select",
@@ -35,7 +36,11 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
         aligned_empty as aligned_empty,
         padded_nbytes as padded_nbytes,
     )
-    from ._direct import BUFFERED_ENV as BUFFERED_ENV, check_direct_io as check_direct_io
+    from ._direct import (
+        BUFFERED_ENV as BUFFERED_ENV,
+        buffered_from_env as buffered_from_env,
+        check_direct_io as check_direct_io,
+    )
     from ._errors import (
         DirectIOUnsupportedError as DirectIOUnsupportedError,
         SwapError as SwapError,
