@@ -160,13 +160,13 @@ def test_an_unwritable_html_path_is_refused_before_the_model_is_read(tmp_path: P
 
 
 def test_auto_batch_keys_of_the_ds_config_read_as_left_out(tmp_path: Path) -> None:
-    from zero_core._plugin import _profile_arguments
+    from zero_core.profile import add_profile_arguments
     from zero_core.profile._cli import request_from_args
 
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}))
     parser = argparse.ArgumentParser()
-    _profile_arguments(parser)
+    add_profile_arguments(parser)
     request = request_from_args(parser.parse_args(["--model", "pythia-tiny", "--ds-config", str(ds)]))
     assert request.micro_batch == 1 and request.settings == (Setting(0),)
     config = request.config_for(request.settings[0])

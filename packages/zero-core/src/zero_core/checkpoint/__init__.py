@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from zero_plugins import lazy_exports
 
 _EXPORTS = {
+    "add_checkpoint_arguments": "._arguments",
     "AsyncSaver": "._async",
     "checkpoint_command": "._cli",
     "export_checkpoint": "._export",
@@ -24,6 +25,7 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from ._arguments import add_checkpoint_arguments as add_checkpoint_arguments
     from ._async import AsyncSaver as AsyncSaver
     from ._cli import checkpoint_command as checkpoint_command
     from ._export import (

@@ -1,4 +1,4 @@
-"""The body of `zero checkpoint inspect` and `zero checkpoint export` (their arguments: zero_core._plugin).
+"""The body of `zero checkpoint inspect` and `zero checkpoint export` (their arguments: _arguments.py).
 
 Text goes to stdout as plain tables; the export's progress goes to stderr, so `--json` prints JSON alone on stdout.
 """

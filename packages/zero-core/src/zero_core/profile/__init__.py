@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from zero_plugins import lazy_exports
 
 _EXPORTS = {
+    "add_profile_arguments": "._arguments",
     "PHASES": "._phases",
     "ProfileRequest": "._request",
     "Setting": "._request",
@@ -25,6 +26,7 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+    from ._arguments import add_profile_arguments as add_profile_arguments
     from ._cli import profile_command as profile_command
     from ._compare import compare as compare
     from ._estimator import estimate_memory as estimate_memory

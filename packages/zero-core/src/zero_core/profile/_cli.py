@@ -1,4 +1,4 @@
-"""The body of `zero profile` (its arguments: zero_core._plugin, so building the parser imports no torch)."""
+"""The body of `zero profile` (its arguments: _arguments.py, so building the parser imports no torch)."""
 from __future__ import annotations
 
 import argparse
