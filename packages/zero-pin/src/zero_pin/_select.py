@@ -15,13 +15,8 @@ ENV_VAR = "DS_PIN_MEMORY_BACKEND"
 DEFAULT = "torch"
 
 REGISTRY: NamedRegistry[PinBackend] = NamedRegistry(
-    kind="pin backend",
-    hook_name="zero_register_pin_backends",
-    hookspecs=_hookspecs,
-    base=PinBackend,
-    env_var=ENV_VAR,
-    default=DEFAULT,
-)
+    kind="pin backend", base=PinBackend, hookspecs=_hookspecs, hook_name="zero_register_pin_backends",
+    env_var=ENV_VAR, default=DEFAULT)
 
 
 def selected_name() -> str:

@@ -10,13 +10,10 @@ from .abstract import Accelerator
 
 ENV_VAR = "DS_ACCELERATOR"
 
+# No default: with DS_ACCELERATOR unset the accelerator is auto-detected by detect_priority.
 accelerator_registry: NamedRegistry[Accelerator] = NamedRegistry(
-    kind="accelerator",
-    hook_name="zero_register_accelerators",
-    hookspecs=_hookspecs,
-    base=Accelerator,
-    env_var=ENV_VAR,
-)  # no default: unset means auto-detection by detect_priority
+    kind="accelerator", base=Accelerator, hookspecs=_hookspecs, hook_name="zero_register_accelerators",
+    env_var=ENV_VAR)
 
 
 class AcceleratorUnavailable(ZeroError):

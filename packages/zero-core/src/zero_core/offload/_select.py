@@ -11,12 +11,8 @@ from . import _hookspecs
 from ._device import OffloadDevice, OffloadSettings
 
 offload_device_registry: NamedRegistry[OffloadDevice] = NamedRegistry(
-    kind="offload device",
-    hook_name="zero_register_offload_devices",
-    hookspecs=_hookspecs,
-    base=OffloadDevice,
-    env_var="ZERO_OFFLOAD_DEVICE",
-)
+    kind="offload device", base=OffloadDevice, hookspecs=_hookspecs, hook_name="zero_register_offload_devices",
+    env_var="ZERO_OFFLOAD_DEVICE")
 
 _PROVIDER = "zero-offload"
 _PROVIDER_PLUGIN = "offload"

@@ -16,13 +16,8 @@ ENV_VAR = "ZERO_SWAP_BACKEND"
 DEFAULT = "threads"
 
 REGISTRY: NamedRegistry[SwapBackend] = NamedRegistry(
-    kind="swap backend",
-    hook_name="zero_register_swap_backends",
-    hookspecs=_hookspecs,
-    base=SwapBackend,
-    env_var=ENV_VAR,
-    default=DEFAULT,
-)
+    kind="swap backend", base=SwapBackend, hookspecs=_hookspecs, hook_name="zero_register_swap_backends",
+    env_var=ENV_VAR, default=DEFAULT)
 
 
 class BackendListing(TypedDict):
