@@ -1,4 +1,5 @@
-"""NamedRegistry: registration through a hook, duplicates, unknown names, type checks."""
+"""NamedRegistry: registration through a hook, duplicates, unknown names, type checks; selection: the
+variable or default, statuses with reasons, shared instances."""
 from __future__ import annotations
 
 import sys
@@ -90,3 +91,65 @@ def test_requested_name_comes_from_the_environment(monkeypatch):
     assert registry.requested_name() is None
     monkeypatch.setenv("ZERO_TEST_WIDGET", " round ")
     assert registry.requested_name() == "round"
+
+
+class ReadyWidget(Widget):
+    @classmethod
+    def available(cls):  # type: ignore[no-untyped-def]
+        return True, "found"
+
+
+class MissingWidget(Widget):
+    @classmethod
+    def available(cls):  # type: ignore[no-untyped-def]
+        return False, "not installed"
+
+
+class BrokenWidget(Widget):
+    @classmethod
+    def available(cls):  # type: ignore[no-untyped-def]
+        raise RuntimeError("probe failed")
+
+
+def make_selecting_registry() -> NamedRegistry[Widget]:
+    return NamedRegistry(kind="widget", hook_name="zero_register_widgets", hookspecs=specs, base=Widget,
+                         env_var="ZERO_TEST_WIDGET", default="ready")
+
+
+def test_selected_name_is_the_variable_else_the_default(monkeypatch):
+    registry = make_selecting_registry()
+    monkeypatch.delenv("ZERO_TEST_WIDGET", raising=False)
+    assert registry.selected_name() == "ready"
+    monkeypatch.setenv("ZERO_TEST_WIDGET", "missing")
+    assert registry.selected_name() == "missing"
+    monkeypatch.delenv("ZERO_TEST_WIDGET")
+    assert make_registry().selected_name() is None  # no default: the caller chooses
+
+
+def test_statuses_give_reasons_and_report_a_broken_check(plugin_manager, monkeypatch):
+    monkeypatch.delenv("ZERO_TEST_WIDGET", raising=False)
+    plugin_manager.register(Provides(ready=ReadyWidget, missing=MissingWidget, broken=BrokenWidget), name="w")
+    registry = make_selecting_registry()
+    rows = {row["name"]: row for row in registry.statuses()}
+    assert rows["ready"] == {"name": "ready", "available": True, "reason": "found",
+                             "distribution": "registered directly", "selected": True}
+    assert rows["missing"]["reason"] == "not installed" and not rows["missing"]["selected"]
+    assert rows["broken"]["available"] is False
+    assert rows["broken"]["reason"] == "available() raised RuntimeError('probe failed')"
+    assert registry.usable_listing() == "ready (registered directly)"
+    assert [row["name"] for row in registry.statuses(selected="missing") if row["selected"]] == ["missing"]
+
+
+def test_shared_instance_is_made_once_per_name_and_class(plugin_manager):
+    plugin_manager.register(Provides(ready=ReadyWidget), name="w")
+    registry = make_selecting_registry()
+    made: list[str] = []
+
+    def make(name, cls):  # type: ignore[no-untyped-def]
+        made.append(name)
+        return cls()
+
+    first = registry.shared_instance("ready", make)
+    assert registry.shared_instance("ready", make) is first and made == ["ready"]
+    plugin_manager.register(Provides(missing=MissingWidget), name="more")  # a new plugin re-resolves names
+    assert registry.shared_instance("ready", make) is first and made == ["ready"]
