@@ -25,8 +25,7 @@ def zero_register_offload_devices(register: Callable[[str, type], None]) -> None
 
 @hookimpl
 def zero_register_swap_backends(register: Callable[[str, type], None]) -> None:
-    from .swap._threads import ThreadsBackend
-    from .swap._uring import IoUringBackend
+    from .swap import IoUringBackend, ThreadsBackend
 
     register("threads", ThreadsBackend)
     register("io_uring", IoUringBackend)

@@ -14,6 +14,8 @@ _EXPORTS = {
     "padded_nbytes": "._buffers",
     "SwapBackend": "._backend",
     "SwapHandle": "._backend",
+    "ThreadsBackend": "._threads",
+    "IoUringBackend": "._uring",
     "SwapError": "._errors",
     "SwapIOError": "._errors",
     "UnalignedBufferError": "._errors",
@@ -53,5 +55,7 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
         get_swap_backend as get_swap_backend,
         selected_name as selected_name,
     )
+    from ._threads import ThreadsBackend as ThreadsBackend
+    from ._uring import IoUringBackend as IoUringBackend
 
 __all__ = [*_EXPORTS]
