@@ -28,8 +28,9 @@ run: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(BIN)/zero profile --model pythia-tiny --lora-rank 8 --ds-config examples/profile_ds_config.json \
 		--stages 2,3 --memory-efficient-linear both --micro-batch 2 --seq-len 128 --steps 2 --html profile.html
 
+# --recreate: tox installs the sibling packages from their folders and would otherwise keep a stale copy.
 test: test-fast
-	PATH="$(TOX_PATH)" $(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
+	PATH="$(TOX_PATH)" $(BIN)/tox run-parallel --recreate --parallel 2 --parallel-no-spinner -e $(NO_TORCH_ENVS)
 
 # The whole suite in the dev environment (every package installed), after the checks that need
 # no tests: the import layering (.importlinter, always; ../shared's script too when there is one)
