@@ -5,6 +5,7 @@ zero-estimate are tested without torch); tests/ is on sys.path as for multirank.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -115,3 +116,14 @@ def save_small_checkpoint(rank: int, world_size: int, root: str, tag: str, clien
     engine = small_trained_engine()
     engine.save_checkpoint(root, tag=tag, client_state=client_state)
     engine.destroy()
+
+
+class WarningRecords(logging.Handler):
+    """The messages of WARNING and above logged to the logger it is added to, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine_helpers import WarningRecords
 from multirank import run_ranks, started_ranks
 
 IN, OUT = 8, 4
@@ -55,22 +56,13 @@ def _train_step(engine: Any, x: torch.Tensor, y: torch.Tensor) -> None:
     engine.step()
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _nan_on_rank1(rank: int, world_size: int, precision: str, stage: int) -> dict[str, Any]:
     import zero_core
 
-    records = _Records()
+    records = WarningRecords()
     logging.getLogger("zero_core.engine").addHandler(records)
     dtype = DTYPES[precision]
     engine, _, _, _ = zero_core.initialize(model=_model(), config=_config(stage, precision))

@@ -21,6 +21,7 @@ import pytest
 import torch
 from zero_plugins import ZeroError
 
+from engine_helpers import WarningRecords
 from multirank import run_ranks
 
 WORLD_SIZE = 2
@@ -31,15 +32,6 @@ def _config(stage: int) -> dict[str, Any]:
     return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
             "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
             "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 def _attributes(rank: int, world_size: int, root: str) -> dict[int, dict[str, Any]]:
@@ -58,7 +50,7 @@ def _attributes(rank: int, world_size: int, root: str) -> dict[int, dict[str, An
             engine.step()
             applied.append(engine.was_step_applied())
         errors = {}
-        warnings = _Records()
+        warnings = WarningRecords()
         logging.getLogger("zero_core.engine").addHandler(warnings)
         try:
             saved = engine.save_16bit_model(f"{root}/stage{stage}")
