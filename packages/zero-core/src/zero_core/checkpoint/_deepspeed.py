@@ -36,7 +36,7 @@ from zero_plugins import ZeroError
 
 from ._describe import FORMAT, Description
 from ._deepspeed_read import DeepSpeedCheckpoint, Param, is_deepspeed_checkpoint
-from ._publish import LATEST, check_save_dir, prepare, publish, read_latest
+from ._publish import LATEST, check_save_dir, latest_tag, prepare, publish
 from ._storable import check_engine_state
 from ._tags import check_tag
 from ._trust import save_object
@@ -64,7 +64,7 @@ def resolve_deepspeed_tag(source: Path, tag: str | None) -> tuple[Path, str]:
         if not pointer.is_file():
             raise ZeroError(f"{source} is not a DeepSpeed checkpoint: it has neither a `{LATEST}` file nor "
                             "mp_rank_00_model_states.pt; pass the tag directory, or --tag")
-        tag = check_tag(read_latest(pointer), f"the `{LATEST}` file {pointer} names")
+        tag = latest_tag(pointer)
     else:
         check_tag(tag, "--tag")
     directory = source / tag

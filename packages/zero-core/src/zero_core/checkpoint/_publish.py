@@ -100,7 +100,7 @@ def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
         if not pointer.is_file():
             raise ZeroError(f"no checkpoint to load in {load_dir}: it has no `{LATEST}` file; pass tag= "
                             f"(tags there: {', '.join(list_tags(load_dir)) or 'none'})")
-        tag = check_tag(read_latest(pointer), f"the `{LATEST}` file {pointer} names")
+        tag = latest_tag(pointer)
     else:
         check_tag(tag, "tag")
     directory = tag_directory(load_dir, tag)
@@ -108,6 +108,11 @@ def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
         raise ZeroError(f"checkpoint tag {tag!r} is not in {load_dir} (tags there: "
                         f"{', '.join(list_tags(load_dir)) or 'none'})")
     return tag, directory
+
+
+def latest_tag(pointer: Path) -> str:
+    """The tag a `latest` file names, or one error naming the file and the tag rule it breaks."""
+    return check_tag(read_latest(pointer), f"the `{LATEST}` file {pointer} names")
 
 
 def read_latest(pointer: Path) -> str:
