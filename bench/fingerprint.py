@@ -26,7 +26,7 @@ def _measure(rank: int, world_size: int) -> dict[str, Any]:
     import torch.distributed as dist
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from zero_core.config import load_config
+    from zero_plugins.ds_config import load_config
     from zero_core.engine._preflight import check_ranks_agree, fingerprint
 
     dist.init_process_group("gloo")

@@ -1,6 +1,6 @@
 """The corpus of bad inputs test_bad_input_corpus.py feeds to zero: each must be refused in one line naming it.
 
-CONFIGS: ds_config dicts for zero_core.config.load_config -> the JSON path the ConfigError must name.
+CONFIGS: ds_config dicts for zero_plugins.ds_config.load_config -> the JSON path the ConfigError must name.
 SOURCES: what load_config is given instead of a ds_config (a file's bytes, or another object) -> a word
 the message must hold. CLI: `zero ARGS` -> the flag, file or key the error must name (exit status 2).
 ENV: `zero ARGS` with one environment variable set -> the variable the error must name.

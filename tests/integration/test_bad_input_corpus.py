@@ -13,7 +13,7 @@ from typing import Any
 from pathlib import Path
 
 import pytest
-from zero_core.config import ConfigError, load_config
+from zero_plugins.ds_config import ConfigError, load_config
 
 from bad_inputs import CLI, CONFIGS, ENV, FILES, SOURCES, SPECIAL_FILES
 from zero_plugins import MAX_CONFIG_BYTES

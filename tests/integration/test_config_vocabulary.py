@@ -4,7 +4,7 @@ Layering keeps the two readers apart (zero-estimate may not import zero-core), s
 """
 from __future__ import annotations
 
-from zero_core.config import ZeroConfig
+from zero_plugins.ds_config import ZeroConfig
 from zero_estimate._ds_config import TRAINER_FILLED
 
 

@@ -17,7 +17,7 @@ from zero_core.checkpointing import (
     settings,
     unconfigure,
 )
-from zero_core.config import ConfigError, load_config
+from zero_plugins.ds_config import ConfigError, load_config
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 import zero_core
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from zero_plugins import ZeroError
 
 from engine_helpers import wait_until_freed

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from zero_core.config import ConfigError, load_config
+from zero_plugins.ds_config import ConfigError, load_config
 from zero_core.sharding import build_scheduler
 
 SCHEDULES = {

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 import zero_core
-from zero_core.config import ConfigError, NonFiniteStepsConfig
+from zero_plugins.ds_config import ConfigError, NonFiniteStepsConfig
 from zero_core.sharding import SwapPool, SwapSettings
 from zero_plugins import ZeroError
 

@@ -80,7 +80,7 @@ def test_report_is_a_dict_per_device_and_a_table() -> None:
 
 
 def test_unknown_category_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown ledger category 'grads'"):
+    with pytest.raises(ValueError, match="unknown memory category 'grads'"):
         MemoryLedger().register(torch.zeros(1), "grads")
 
 

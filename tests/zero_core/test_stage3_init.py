@@ -16,7 +16,7 @@ import pytest
 import torch
 from zero_plugins import ZeroError
 
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 
 WIDTHS = [64, 128, 128, 128, 128, 128, 64]  # the largest layer is 1/5 of the model
 

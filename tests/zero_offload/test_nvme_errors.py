@@ -31,7 +31,7 @@ import torch
 
 import zero_core
 from swap_helpers import direct_directory, shm_is_tmpfs
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from zero_offload.swap import DirectIOUnsupportedError
 from zero_plugins import PluginError
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import zero_core
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 
 pytestmark = pytest.mark.usefixtures("solo_process_group")
 
@@ -87,7 +87,7 @@ def test_too_little_host_memory_names_both_figures_and_the_fixes(monkeypatch: py
 # as root, becomes `nobody` (dropping CAP_IPC_LOCK, which would let it lock past the limit).
 CHILD = r"""
 import json, os, resource, torch, zero_core, zero_pin
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from zero_pin._memlock import can_lock_beyond_limit
 zero_pin.get_backend("native").pin_memory(torch.ones(1))
 resource.setrlimit(resource.RLIMIT_MEMLOCK, (1 << 20, 1 << 20))

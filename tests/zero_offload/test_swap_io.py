@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from zero_core.config import AioConfig, ConfigError
+from zero_plugins.ds_config import AioConfig, ConfigError
 from zero_plugins import PluginError, get_plugin_manager, hookimpl
 
 import zero_offload.swap as swap
@@ -324,7 +324,7 @@ def test_a_write_that_cannot_open_its_file_names_the_file_and_call(backend: Swap
 
 _OVER_THE_LIMIT = r"""
 import json, resource, signal, sys
-from zero_core.config import AioConfig
+from zero_plugins.ds_config import AioConfig
 from zero_offload.swap import SwapIOError, aligned_empty, get_swap_backend
 fresh, allocated = sys.argv[1], sys.argv[2]
 with open(allocated, "wb") as f:  # allocated before the limit: the failure then comes from the writes themselves

@@ -27,10 +27,10 @@ _EXPORTS = {
     "EngineMisuse": ".engine",
     "ZeroEngine": ".engine",
     "ZeroOptimizer": ".engine",
-    "load_config": ".config",
-    "ConfigError": ".config",
-    "ZeroConfig": ".config",
-    "IgnoredConfigKeysWarning": ".config",
+    "load_config": "zero_plugins.ds_config",
+    "ConfigError": "zero_plugins.ds_config",
+    "ZeroConfig": "zero_plugins.ds_config",
+    "IgnoredConfigKeysWarning": "zero_plugins.ds_config",
     "get_fp32_state_dict_from_zero_checkpoint": ".checkpoint",
     "Init": ".stage3",
     "GatheredParameters": ".stage3",
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
         get_fp32_state_dict_from_zero_checkpoint as get_fp32_state_dict_from_zero_checkpoint,
     )
     from .comm import CollectiveFailed as CollectiveFailed, init_distributed as init_distributed
-    from .config import (
+    from zero_plugins.ds_config import (
         ConfigError as ConfigError,
         IgnoredConfigKeysWarning as IgnoredConfigKeysWarning,
         ZeroConfig as ZeroConfig,

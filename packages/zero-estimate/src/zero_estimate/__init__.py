@@ -10,7 +10,7 @@ from ._ds_config import load_ds_config, settings_from_ds_config
 from ._ds_table import DsRow
 from ._errors import EstimateError
 from ._estimate import Estimate, estimate
-from ._lines import CATEGORIES, LOCATIONS, PHASES, Line
+from ._lines import LOCATIONS, PHASES, Line
 from ._plan import Candidate, Limits, Plan, plan
 from ._presets import PRESETS
 from ._settings import Cluster, Training, ZeroSettings
@@ -30,7 +30,6 @@ from .stage_1_and_2 import (
 )
 
 __all__ = [
-    "CATEGORIES",
     "LOCATIONS",
     "PHASES",
     "PRESETS",

@@ -32,6 +32,8 @@ ZeRO partitions none of this: every GPU holds its own micro-batch's activations.
 """
 from __future__ import annotations
 
+from zero_plugins import Category
+
 from ._formula import Q
 from ._lines import BACKWARD, FORWARD, FORWARD_BACKWARD, Lines
 from ._settings import Training
@@ -51,11 +53,11 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
         kind = attention if training.checkpointing == "none" else "attention core recomputed (selective checkpointing)"
         if training.offload_activations:
             what = f"what every layer saves for backward, in pinned host memory (offload_activations; {kind})"
-            lines.add("activations", "host.pinned", what, layers * per_layer, FORWARD_BACKWARD)
+            lines.add(Category.ACTIVATIONS, "host.pinned", what, layers * per_layer, FORWARD_BACKWARD)
             what = f"one layer's activations on the GPU at a time, made in forward or brought back in backward ({kind})"
-            lines.add("activations", "gpu", what, per_layer, FORWARD_BACKWARD, instant="late")
+            lines.add(Category.ACTIVATIONS, "gpu", what, per_layer, FORWARD_BACKWARD, instant="late")
         else:
-            lines.add("activations", "gpu", f"activations of every layer ({kind})", layers * per_layer, FORWARD_BACKWARD)
+            lines.add(Category.ACTIVATIONS, "gpu", f"activations of every layer ({kind})", layers * per_layer, FORWARD_BACKWARD)
     else:
         one_input = Q.const(training.param_bytes) * s * b * h
         _checkpointed(lines, shape, training, one_input, full_layer, attention)
@@ -99,14 +101,14 @@ def _loss(lines: Lines, training: Training, tokens_vocab: Q) -> None:
     that gradient comes once the nll's is freed, and is smaller)."""
     word = "16-bit" if training.mixed else "fp32"
     what = f"logits ({word}), until the loss is computed"
-    lines.add("activations", "gpu", what, training.param_bytes * tokens_vocab, FORWARD, instant="loss")
-    lines.add("activations", "gpu", "the loss's fp32 log-softmax", 4 * tokens_vocab, FORWARD_BACKWARD,
+    lines.add(Category.ACTIVATIONS, "gpu", what, training.param_bytes * tokens_vocab, FORWARD, instant="loss")
+    lines.add(Category.ACTIVATIONS, "gpu", "the loss's fp32 log-softmax", 4 * tokens_vocab, FORWARD_BACKWARD,
               instant="loss")
     if training.mixed:
-        lines.add("activations", "gpu", "the loss's fp32 copy of the logits", 4 * tokens_vocab, FORWARD,
+        lines.add(Category.ACTIVATIONS, "gpu", "the loss's fp32 copy of the logits", 4 * tokens_vocab, FORWARD,
                   instant="loss")
     what = "the loss's gradients: the nll's and the log-softmax's input gradient (fp32)"
-    lines.add("activations", "gpu", what, 8 * tokens_vocab, BACKWARD, instant="loss")
+    lines.add(Category.ACTIVATIONS, "gpu", what, 8 * tokens_vocab, BACKWARD, instant="loss")
 
 
 def _checkpointed(
@@ -120,7 +122,7 @@ def _checkpointed(
         what = "checkpointed layer inputs, one per checkpoint, in pinned host memory (cpu_checkpointing)"
     else:
         where, what = "gpu", "checkpointed layer inputs, one per checkpoint (full checkpointing)"
-    lines.add("activations", where, what, checkpoints * one_input, FORWARD_BACKWARD)
+    lines.add(Category.ACTIVATIONS, where, what, checkpoints * one_input, FORWARD_BACKWARD)
     rebuilt = min(every, shape.num_layers)
     if rebuilt == 1:
         what = f"one layer's activations, rebuilt at a time ({attention})"
@@ -129,4 +131,4 @@ def _checkpointed(
         what = f"one checkpoint's {rebuilt} layers' activations, rebuilt at a time ({attention})"
         rebuilt_q = Q.var("k", rebuilt) * full_layer
     # held while layers run (forward, or their rebuild in backward), not at the loss (_instants.py)
-    lines.add("activations", "gpu", what, rebuilt_q, FORWARD_BACKWARD, instant="late")
+    lines.add(Category.ACTIVATIONS, "gpu", what, rebuilt_q, FORWARD_BACKWARD, instant="late")

@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from zero_plugins import Category
+
 from ._lines import Line
 
 LOSS, LATE = "loss", "late"
 # The gradient partition, whole only at the end of backward, and what is held with it then.
-_GROWING = "grad.partition"
-_AT_THE_END = frozenset({_GROWING, "grad.bucket", "comm.staging", "param.gathered"})
+_GROWING = Category.GRAD_PARTITION
+_AT_THE_END = frozenset({_GROWING, Category.GRAD_BUCKET, Category.COMM_STAGING, Category.PARAM_GATHERED})
 
 
 def at_peak_instants(lines: list[Line]) -> list[Line]:
@@ -41,7 +43,7 @@ def at_peak_instants(lines: list[Line]) -> list[Line]:
     out = _drop(out, "forward", LATE if loss >= late else LOSS, everything_activations=False)
     # backward: the activations held at its start (every layer's, the loss's gradients) against the
     # gradients, buckets, working set and a rebuilt layer
-    held_at_loss = _bytes(gpu, "backward", lambda line: line.category == "activations" and line.instant != LATE)
+    held_at_loss = _bytes(gpu, "backward", lambda line: line.category == Category.ACTIVATIONS and line.instant != LATE)
     during = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category != _GROWING)
     end = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category in _AT_THE_END)
     if held_at_loss >= max(during, end):
@@ -60,7 +62,7 @@ def _drop(lines: list[Line], phase: str, instant: str, everything_activations: b
     """Take `phase` out of the device lines of `instant` (and of every device activation but the late ones,
     when the late instant of backward makes the peak: by then backward has freed them)."""
     def leaves(line: Line) -> bool:
-        freed = everything_activations and line.category == "activations" and line.instant != LATE
+        freed = everything_activations and line.category == Category.ACTIVATIONS and line.instant != LATE
         return line.instant == instant or freed
 
     return _drop_where(lines, phase, leaves)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from zero_plugins import Category
+
 from ._estimate import Estimate, estimate
 from ._lines import PHASES
 from ._settings import Training, ZeroSettings
@@ -123,7 +125,7 @@ def dominates_text(e: Estimate) -> str:
         f"  From stage 0 to 3, model states fell {shrink.states_ratio:.1f}x ({gib(s0)} -> {gib(s3)} GiB at init), "
         f"the peak {shrink.peak_ratio:.1f}x ({gib(p0)} -> {gib(p3)} GiB)"
     )
-    if category == "activations":
+    if category == Category.ACTIVATIONS:
         sentence += ": no stage partitions activations"
     out.append(sentence + ".")
     out.append("  Each lever alone (the estimate re-run with that change):")

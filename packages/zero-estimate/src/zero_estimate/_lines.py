@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zero_plugins import Category
+
 from ._formula import Q
 
 PHASES = ("init", "forward", "backward", "step")
@@ -16,27 +18,9 @@ FORWARD = ("forward",)
 AFTER_INIT = ("forward", "backward", "step")  # made by the first step (the optimizer's state)
 BUILD = "build"  # the instant of lines that exist only while the model is built (Line.instant)
 
-# The engine ledger's categories, the same names in the same order (zero_core.memory.CATEGORIES;
-# tests/integration/test_category_names.py keeps them in step), so estimate and ledger compare line by
+# The categories are the engine ledger's (zero_plugins.Category), so estimate and ledger compare line by
 # line. At stages 0-2 whole 16-bit params are `param.persistent`, as in the ledger. The engine all-gathers
 # in place; only gloo stages a copy of a collective's buffer (`comm.staging`, on the CPU accelerator).
-CATEGORIES = (
-    "param.partition",
-    "param.gathered",
-    "param.gathered.held",
-    "param.persistent",
-    "module.buffers",
-    "grad.full",
-    "grad.partition",
-    "grad.bucket",
-    "optim.master",
-    "optim.grad",
-    "optim.state",
-    "swap.buffer",
-    "comm.staging",
-    "activations",
-    "other",
-)
 # Where a copy lives: "gpu" is the accelerator's memory (the ledger's device-type location, "cuda",
 # or "cpu" on the CPU accelerator); the others are the ledger's own location names: "host" for
 # pageable host memory, "host.pinned" for page-locked host memory, "nvme" for swap files.
@@ -51,7 +35,7 @@ class Line:
     """One copy. `bytes` is per GPU's process (per rank), as the engine's ledger counts it, on every
     location; a node's host and NVMe hold `gpus_per_node` times that (Estimate.total)."""
 
-    category: str
+    category: Category
     location: str
     what: str
     formula: str
@@ -96,7 +80,7 @@ class Line:
 class Lines(list[Line]):
     """Collects lines, dropping copies of zero bytes (an SGD state, a model with nothing frozen)."""
 
-    def add(self, category: str, location: str, what: str, q: Q, phases: tuple[str, ...], instant: str = "") -> None:
-        assert category in CATEGORIES and location in LOCATIONS, (category, location)
+    def add(self, category: Category, location: str, what: str, q: Q, phases: tuple[str, ...], instant: str = "") -> None:
+        assert location in LOCATIONS, (category, location)
         if q.value > 0:
             self.append(Line(category, location, what, q.symbols, q.numbers, q.value, phases, instant))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from zero_plugins import Category
+
 from . import _checks
 from ._estimate import Estimate, estimate
 from ._settings import Cluster, Training, ZeroSettings
@@ -134,7 +136,7 @@ def _activations_miss(candidates: list[Candidate]) -> bool:
     for c in candidates:
         over = c.over.get("gpu")
         if over is not None:
-            activations = c.estimate.by_category("gpu", c.estimate.peak("gpu")[0]).get("activations", 0)
+            activations = c.estimate.by_category("gpu", c.estimate.peak("gpu")[0]).get(Category.ACTIVATIONS, 0)
             if activations >= over:
                 return True
     return False

@@ -1,7 +1,7 @@
 """Text of `zero plan`: the configurations that fit, cheapest first, and the nearest misses."""
 from __future__ import annotations
 
-from zero_plugins import format_table
+from zero_plugins import Category, format_table
 
 from ._estimate import Estimate
 from ._plan import Candidate, Limits, Plan
@@ -67,7 +67,7 @@ def _hint(candidate: Candidate) -> str:
     e = candidate.estimate
     if over is None:
         return ""
-    activations = e.by_category("gpu", e.peak("gpu")[0]).get("activations", 0)
+    activations = e.by_category("gpu", e.peak("gpu")[0]).get(Category.ACTIVATIONS, 0)
     if activations < over:
         return ""
     fix = "--checkpointing full" if e.training.checkpointing != "full" else "a smaller --micro-batch or --seq-len"

@@ -9,7 +9,9 @@ from zero_plugins import format_table
 from ._estimate import Estimate
 from ._levers import dominates_text
 from ._settings import Training
-from ._lines import CATEGORIES, LOCATIONS, PHASES
+from zero_plugins import Category
+
+from ._lines import LOCATIONS, PHASES
 from ._units import gib, human_count
 
 SYMBOLS = {
@@ -122,7 +124,7 @@ def host_table(estimates: Sequence[Estimate]) -> str:
 
 def _host_order(key: tuple[str, str, str]) -> tuple[int, int, str]:
     location, category, phases = key
-    return LOCATIONS.index(location), CATEGORIES.index(category), phases
+    return LOCATIONS.index(location), list(Category).index(Category(category)), phases
 
 
 def category_table(estimates: Sequence[Estimate]) -> str:
@@ -130,7 +132,7 @@ def category_table(estimates: Sequence[Estimate]) -> str:
     columns = [e.by_category("gpu", phase) for e, phase in zip(estimates, peaks)]
     rows = [
         [category, *(gib(column.get(category, 0)) for column in columns)]
-        for category in CATEGORIES
+        for category in Category
         if any(column.get(category) for column in columns)
     ]
     rows.append(["total", *(gib(sum(column.values())) for column in columns)])

@@ -11,6 +11,8 @@ the model's modules are known. The stage contracts are DESIGN.md's:
 """
 from __future__ import annotations
 
+from zero_plugins import Category
+
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
 from ._held import held_linear_weights
@@ -62,7 +64,7 @@ def state_lines(spec: ModelSpec, cluster: Cluster, training: Training, zero: Zer
     c = _Context(spec, cluster, training, zero)
     lines = Lines()
     if zero.stage < 3:
-        lines.add("param.persistent", "gpu", f"{c.word} params, whole model on every GPU", c.b * c.P, ALWAYS)
+        lines.add(Category.PARAM_PERSISTENT, "gpu", f"{c.word} params, whole model on every GPU", c.b * c.P, ALWAYS)
     else:
         _stage3_params(c, lines)
     _gradients(c, lines)
@@ -82,17 +84,17 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     Pp = Q.var("Pp", persistent)
     Pn = c.P - Pp if persistent else c.P
     what = f"{c.word} params of <= {threshold:,} elements, whole on every GPU"
-    lines.add("param.persistent", "gpu", what, c.b * Pp, ALWAYS)
+    lines.add(Category.PARAM_PERSISTENT, "gpu", what, c.b * Pp, ALWAYS)
     device = c.zero.offload_param
     if device == "none":
-        lines.add("param.partition", "gpu", f"{c.word} param partition", c.b * Pn.per(c.N), ALWAYS)
+        lines.add(Category.PARAM_PARTITION, "gpu", f"{c.word} param partition", c.b * Pn.per(c.N), ALWAYS)
     else:
         shards = param_shards(c.spec, c.zero, c.world_size, Pn, c.N)
         _bound_note(c, shards, "offload_param's param partitions")
         if device == "cpu":
             where, q = _on_host(c, shards, c.b.value, "Ui")
             what = f"{c.word} param partitions offloaded to the host, one buffer per module unit"
-            lines.add("param.partition", where, what, q, ALWAYS)
+            lines.add(Category.PARAM_PARTITION, where, what, q, ALWAYS)
         else:
             _nvme_params(c, lines, Pn)
     if c.spec.largest_layer_params is None:
@@ -103,7 +105,7 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     working_set = smallest(Pn, largest(L, smallest(live, L + prefetch)))
     what = "gathered params: the running module plus prefetch, held to max_live_parameters"
     # Gathered only while modules run: not at the loss, where forward and backward usually peak (_instants.py).
-    lines.add("param.gathered", "gpu", what, c.b * working_set, FORWARD_BACKWARD, instant="late")
+    lines.add(Category.PARAM_GATHERED, "gpu", what, c.b * working_set, FORWARD_BACKWARD, instant="late")
     if c.zero.memory_efficient_linear:
         return
     weights = held_linear_weights(c.spec, threshold)
@@ -113,18 +115,18 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     # F.linear saves the gathered weight when its input needs a gradient; the engine finds such weights
     # still alive at the end of forward and files them as held from then on.
     what = "gathered linear weights autograd saves for backward (memory_efficient_linear=false), not yet judged held"
-    lines.add("param.gathered", "gpu", what, c.b * W, FORWARD)
+    lines.add(Category.PARAM_GATHERED, "gpu", what, c.b * W, FORWARD)
     what = "gathered linear weights autograd keeps until their backward (memory_efficient_linear=false)"
-    lines.add("param.gathered.held", "gpu", what, c.b * W, BACKWARD)
+    lines.add(Category.PARAM_GATHERED_HELD, "gpu", what, c.b * W, BACKWARD)
 
 
 def _gradients(c: _Context, lines: Lines) -> None:
     if c.zero.stage < 2:
-        lines.add("grad.full", "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP, instant="late")
+        lines.add(Category.GRAD_FULL, "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP, instant="late")
         return  # stages 0-1 reduce in place, in the whole gradients: no bucket of their own
     if c.zero.offload_optimizer == "none":
         what = f"{c.word} grad partition (reduce-scattered during backward)"
-        lines.add("grad.partition", "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP, instant="late")
+        lines.add(Category.GRAD_PARTITION, "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP, instant="late")
     # The transient reduce buffer holds one bucket; the engine never makes one larger than its largest bucket.
     cap = largest_bucket(c.spec, c.zero)
     bucket = smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
@@ -133,10 +135,10 @@ def _gradients(c: _Context, lines: Lines) -> None:
     if c.zero.overlap:
         # The bucket in flight keeps its buffer until the next one launches, and that one fills meanwhile.
         what = "two gradient reduce buckets (overlap_comm; each at most reduce_bucket_size and the largest bucket)"
-        lines.add("grad.bucket", "gpu", what, c.b * smallest(2 * bucket, c.T), BACKWARD, instant="late")
+        lines.add(Category.GRAD_BUCKET, "gpu", what, c.b * smallest(2 * bucket, c.T), BACKWARD, instant="late")
     else:
         what = "gradient reduce bucket (reduce_bucket_size, at most the largest bucket)"
-        lines.add("grad.bucket", "gpu", what, c.b * bucket, BACKWARD, instant="late")
+        lines.add(Category.GRAD_BUCKET, "gpu", what, c.b * bucket, BACKWARD, instant="late")
 
 
 def _staging(c: _Context, lines: Lines) -> None:
@@ -151,7 +153,7 @@ def _staging(c: _Context, lines: Lines) -> None:
         if cap is not None:
             bucket = smallest(bucket, Q.var("Lb", cap))
         what = "gloo's copy of the reduce-scatter in flight (one gradient bucket)"
-        lines.add("comm.staging", "gpu", what, c.b * bucket, BACKWARD, instant="late")
+        lines.add(Category.COMM_STAGING, "gpu", what, c.b * bucket, BACKWARD, instant="late")
 
 
 def _optimizer(c: _Context, lines: Lines) -> None:
@@ -160,21 +162,21 @@ def _optimizer(c: _Context, lines: Lines) -> None:
         return
     # The master is a copy with 16-bit compute, or when the params it updates are offloaded.
     if c.training.mixed or c.zero.offload_param != "none":
-        lines.add("optim.master", "gpu", "fp32 master params", 4 * c.T_part, ALWAYS)
+        lines.add(Category.OPTIM_MASTER, "gpu", "fp32 master params", 4 * c.T_part, ALWAYS)
     # torch's optimizer creates its state inside the first step: none of it exists after initialize.
     what, state = _state(c)
     if c.training.optimizer in ("adam", "adamw"):
         K = Q.var("K", optimizer_shards(c.spec, c.zero, c.world_size, c.T, c.N).count)
         what, state = f"{what}, and a 4-byte step count per master tensor", state + 4 * K
-    lines.add("optim.state", "gpu", what, state, AFTER_INIT)
+    lines.add(Category.OPTIM_STATE, "gpu", what, state, AFTER_INIT)
     if c.training.mixed:
         # The engine casts every owned gradient to fp32 before the step (all sub-groups at once).
-        lines.add("optim.grad", "gpu", "fp32 copy of the grads the optimizer steps on", 4 * c.T_part, STEP)
+        lines.add(Category.OPTIM_GRAD, "gpu", "fp32 copy of the grads the optimizer steps on", 4 * c.T_part, STEP)
     tensors = master_tensor_numels(c.spec, c.zero, c.world_size) if c.training.optimizer_impl == "single-tensor" \
         else None
     temporaries = step_temporaries(c.training.optimizer, c.training.optimizer_impl, c.T_part, tensors)
     if temporaries is not None:
-        lines.add("other", "gpu", *temporaries, STEP)
+        lines.add(Category.OTHER, "gpu", *temporaries, STEP)
 
 
 def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
@@ -190,18 +192,18 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
         _nvme_optimizer(c, lines, shards)
     else:
         S, K = shards.total, Q.var("K", shards.count)
-        lines.add("optim.master", "host", "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
+        lines.add(Category.OPTIM_MASTER, "host", "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
         what, state = _offloaded_state(c, S, K)
-        lines.add("optim.state", "host", what, state, AFTER_INIT)  # made by the first step
+        lines.add(Category.OPTIM_STATE, "host", what, state, AFTER_INIT)  # made by the first step
     grads_where, grads = _on_host(c, shards, 4, "Si")
     if c.zero.stage == 1:
         # Stage 1 reduces whole 16-bit grads on the GPU; the step copies its slices into these buffers.
         what = "fp32 grads the CPU step reads, one buffer per shard, filled at the step"
-        lines.add("optim.grad", grads_where, what, grads, ALWAYS)
+        lines.add(Category.OPTIM_GRAD, grads_where, what, grads, ALWAYS)
     else:
         # made by the first backward, where the first reduced gradients land (zero profile: none at init)
         what = "fp32 grad partition, one buffer per shard, reduced grads added to it during backward"
-        lines.add("grad.partition", grads_where, what, grads, AFTER_INIT)
+        lines.add(Category.GRAD_PARTITION, grads_where, what, grads, AFTER_INIT)
 
 
 def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
@@ -215,15 +217,15 @@ def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
     groups = shards.cut(buffer_numel.value, "G")
     files = _SWAPPED_STATES[c.training.optimizer]
     what = "fp32 master params in swap files, one per sub-group, in whole blocks"
-    lines.add("optim.master", "nvme", what, groups.blocked(4, "Gi"), ALWAYS)
+    lines.add(Category.OPTIM_MASTER, "nvme", what, groups.blocked(4, "Gi"), ALWAYS)
     what = f"{_swapped_state_name(c)} (fp32) in swap files, one per tensor and sub-group, in whole blocks"
-    lines.add("optim.state", "nvme", what, files * groups.blocked(4, "Gi"), ALWAYS)
+    lines.add(Category.OPTIM_STATE, "nvme", what, files * groups.blocked(4, "Gi"), ALWAYS)
     if _STEP_COUNTS[c.training.optimizer]:
         # A step count is not param-sized, so it is not swapped: the engine keeps it in (pageable) memory.
         what = "4-byte step count per sub-group, kept in host memory"
-        lines.add("optim.state", "host", what, 4 * Q.var("KG", groups.count), ALWAYS)
+        lines.add(Category.OPTIM_STATE, "host", what, 4 * Q.var("KG", groups.count), ALWAYS)
     pool = Q.var("nb", c.zero.optimizer_buffer_count) * blocks_q(4 * buffer_numel)
-    lines.add("swap.buffer", *_swap_buffers(c, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
+    lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
     if c.zero.optimizer_buffer_count < 1 + files:
         c.notes.append(
             f"offload_optimizer.buffer_count is {c.zero.optimizer_buffer_count}, but the step swaps {1 + files} "
@@ -244,14 +246,14 @@ def _nvme_params(c: _Context, lines: Lines, Pn: Q) -> None:
     _bound_note(c, swapped if swapped.count else kept, "offload_param's param partitions")
     where, q = _on_host(c, kept, c.b.value, "Ui")
     what = f"{c.word} param partitions kept in host memory (offload_param.max_in_cpu), one buffer per unit"
-    lines.add("param.partition", where, what, q, ALWAYS)
+    lines.add(Category.PARAM_PARTITION, where, what, q, ALWAYS)
     what = f"{c.word} param partitions past max_in_cpu in swap files, one per unit, in whole blocks"
-    lines.add("param.partition", "nvme", what, swapped.blocked(c.b.value, "Ui"), ALWAYS)
+    lines.add(Category.PARAM_PARTITION, "nvme", what, swapped.blocked(c.b.value, "Ui"), ALWAYS)
     if not swapped.count:
         return  # the engine makes the buffers when the first partition goes to a file
     buffer_numel = smallest(Q.var("bs", c.zero.param_buffer_size), Pn.per(c.N))
     pool = Q.var("nb", c.zero.param_buffer_count) * blocks_q(c.b * buffer_numel)
-    lines.add("swap.buffer", *_swap_buffers(c, pool, "param swap buffers (offload_param.buffer_count"), ALWAYS)
+    lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, pool, "param swap buffers (offload_param.buffer_count"), ALWAYS)
     largest_file = max(size for size, _ in swapped.sizes)
     if c.zero.param_buffer_count < 1 or buffer_numel.value < largest_file:
         c.notes.append(
@@ -327,6 +329,6 @@ def _model_load(c: _Context, lines: Lines) -> None:
             c.notes.append("host memory for zero.Init model load unknown without --largest-layer")
             return
         what = "fp32 layer each GPU's process builds at a time under zero.Init"
-        lines.add("other", "host", what, 4 * Q.var("L", c.spec.largest_layer_params), INIT, instant=BUILD)
+        lines.add(Category.OTHER, "host", what, 4 * Q.var("L", c.spec.largest_layer_params), INIT, instant=BUILD)
         return
-    lines.add("other", "host", "fp32 model each GPU's process builds before moving it", 4 * c.P, INIT, instant=BUILD)
+    lines.add(Category.OTHER, "host", "fp32 model each GPU's process builds before moving it", 4 * c.P, INIT, instant=BUILD)

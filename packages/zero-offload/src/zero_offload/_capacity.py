@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psutil
 import zero_pin
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from zero_core.offload import OffloadPlan, OffloadSettings
 
 def available_host_memory() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from zero_plugins import Category
 import zero_pin
 from zero_core.memory import Placement
 from zero_core.offload import OffloadDevice, OffloadPlan, OffloadSettings
@@ -35,7 +36,7 @@ class CpuOffloadDevice(OffloadDevice):
         if self.settings.pin_memory and _backend_pins():
             check_pinned_memory(plan, self.settings)
 
-    def allocate(self, numel: int, dtype: torch.dtype, category: str, pin: bool) -> torch.Tensor:
+    def allocate(self, numel: int, dtype: torch.dtype, category: Category, pin: bool) -> torch.Tensor:
         tensor = torch.empty(numel, dtype=dtype)
         pin = pin and self.settings.pin_memory
         if pin:

@@ -1,4 +1,5 @@
 """Plugin machinery shared by the zero-* packages (pluggy project and entry-point group `zero`)."""
+from ._categories import UNOWNED_CATEGORIES, Category
 from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
 from ._errors import PluginError, ZeroError
@@ -29,6 +30,8 @@ from ._validation import validation_problem
 from .__about__ import __version__
 
 __all__ = [
+    "Category",
+    "UNOWNED_CATEGORIES",
     "AddArguments",
     "ConfigFileError",
     "MAX_CONFIG_BYTES",

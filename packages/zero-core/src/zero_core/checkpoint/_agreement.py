@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 from zero_plugins import ZeroError
 
-from ..config import TagValidation
+from zero_plugins.ds_config import TagValidation
 from ._tags import check_tag
 from ._training import TrainingEngine, training_state
 

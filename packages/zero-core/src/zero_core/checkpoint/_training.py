@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..config import ZeroConfig
+from zero_plugins.ds_config import ZeroConfig
 from ..sharding import StagePolicy, SwappedMaster, ZeroOptimizer
 from ._storable import check_client_state, check_engine_state
 

@@ -9,12 +9,13 @@ the storage tracker sees it first, at the device, and `register` moves it to whe
 from __future__ import annotations
 
 import torch
+from zero_plugins import Category
 
 from ..accelerator import get_accelerator
 from ..memory import Placement
 from ._settings import ledger
 
-HOST_CATEGORY = "activations"  # the ledger's category for the host copies (at "host.pinned" or "host")
+HOST_CATEGORY = Category.ACTIVATIONS  # the ledger's category for the host copies (at "host.pinned" or "host")
 
 
 def host_copy(tensor: torch.Tensor) -> torch.Tensor:

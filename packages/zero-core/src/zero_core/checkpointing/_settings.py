@@ -10,8 +10,8 @@ from typing import Any
 
 from zero_plugins import ZeroError
 
-from ..config import ConfigError, ZeroConfig, load_config
-from ..config import ActivationCheckpointingConfig, check_contiguous
+from zero_plugins.ds_config import ConfigError, ZeroConfig, load_config
+from zero_plugins.ds_config import ActivationCheckpointingConfig, check_contiguous
 from ..memory import MemoryLedger
 
 logger = logging.getLogger("zero_core.checkpointing")

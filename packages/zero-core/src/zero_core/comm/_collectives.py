@@ -11,6 +11,7 @@ from typing import Literal, overload
 
 import torch
 import torch.distributed as dist
+from zero_plugins import Category
 
 from ..memory import MemoryLedger, Placement
 from ._failure import guarded
@@ -47,7 +48,7 @@ class _Staging:
 
     def __init__(self, ledger: MemoryLedger, nbytes: int, device: str) -> None:
         self._ledger = ledger
-        ledger.register_extent(self, "comm.staging", Placement.DEVICE, nbytes, device=device, allocated=True)
+        ledger.register_extent(self, Category.COMM_STAGING, Placement.DEVICE, nbytes, device=device, allocated=True)
 
     def release(self) -> None:
         self._ledger.release_extent(self)

@@ -14,7 +14,7 @@ import torch
 
 from ..accelerator import get_accelerator
 from ..comm import Collectives
-from ..config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from ..memory import MemoryLedger
 from ..sharding import (
     COMPUTE_DTYPES,
@@ -41,7 +41,7 @@ from ._offload import open_offload_devices
 from ._preflight import WRAPPED_ATTRIBUTE, check_model, check_no_float64, check_ranks_agree
 
 if TYPE_CHECKING:
-    from ..config import ZeroConfig
+    from zero_plugins.ds_config import ZeroConfig
 
 StateBuilder = Callable[[torch.nn.Module, list[ParamGroup], BuildContext], ShardedState]
 

@@ -20,7 +20,7 @@ from ._state_moves import StateMover, engine_states, offload_state_types
 from ._usage import CallOrder, EngineMisuse
 
 if TYPE_CHECKING:
-    from ..config import ZeroConfig
+    from zero_plugins.ds_config import ZeroConfig
 
 log = logging.getLogger("zero_core.engine")
 

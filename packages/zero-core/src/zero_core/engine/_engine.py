@@ -23,7 +23,7 @@ from ._state_moves import StateMover
 from ._usage import CallOrder
 
 if TYPE_CHECKING:
-    from ..config import ZeroConfig
+    from zero_plugins.ds_config import ZeroConfig
 
 
 @dataclass(frozen=True)

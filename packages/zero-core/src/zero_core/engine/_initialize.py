@@ -12,7 +12,7 @@ from zero_plugins import ZeroError
 from .. import checkpointing
 from ..accelerator import get_accelerator
 from ..comm import ensure_process_group
-from ..config import load_config
+from zero_plugins.ds_config import load_config
 from ..sharding import OptimizerFactory, ZeroOptimizer
 from ._arguments import config_source
 from ._assemble import assemble_engine

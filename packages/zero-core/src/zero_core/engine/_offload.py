@@ -23,7 +23,7 @@ from ..offload import OffloadDevice, OffloadPlan, OffloadSettings, offload_devic
 from ..sharding import COMPUTE_DTYPES, ParamGroup, StagePolicy, SwapSettings
 
 if TYPE_CHECKING:
-    from ..config import OffloadOptimizerConfig, OffloadParamConfig, ZeroConfig
+    from zero_plugins.ds_config import OffloadOptimizerConfig, OffloadParamConfig, ZeroConfig
 
 # fp32 master, fp32 gradients, and Adam's two fp32 moments, per element of the partition.
 _OPTIMIZER_HOST_BYTES = 4 + 4 + 8

@@ -16,7 +16,7 @@ from ..sharding import ParamGroup
 from ..stage3 import unit_of
 
 if TYPE_CHECKING:
-    from ..config import ZeroConfig
+    from zero_plugins.ds_config import ZeroConfig
 
 # Set on a model that an engine wraps: the engine's hooks and buffers are on it.
 WRAPPED_ATTRIBUTE = "_zero_engine_wrapped"

@@ -11,6 +11,7 @@ optimizer's temporaries). docs/ledger.md describes each category.
 """
 from __future__ import annotations
 
+
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from zero_plugins import UNOWNED_CATEGORIES, Category
 
 from .levers import LeverSetup
 from .placement import Placement, location
@@ -29,25 +31,6 @@ from .tracker import StorageTracker
 if TYPE_CHECKING:
     from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
 
-CATEGORIES: tuple[str, ...] = (
-    "param.partition",
-    "param.gathered",
-    "param.gathered.held",
-    "param.persistent",
-    "module.buffers",
-    "grad.full",
-    "grad.partition",
-    "grad.bucket",
-    "optim.master",
-    "optim.grad",
-    "optim.state",
-    "swap.buffer",
-    "comm.staging",
-    "activations",
-    "other",
-)
-# Storages the engine did not allocate itself, seen only while tracking.
-UNOWNED = frozenset({"activations", "other"})
 # Phases whose new anonymous storages are activations (or their gradients).
 _ACTIVATION_PHASES = frozenset({"forward", "backward"})
 
@@ -55,7 +38,7 @@ _ACTIVATION_PHASES = frozenset({"forward", "backward"})
 @dataclass
 class _Entry:
     ref: weakref.ref[torch.UntypedStorage]
-    category: str
+    category: Category
     location: str
     nbytes: int
     counted: bool  # among the allocator's bytes (the ruler's)
@@ -83,13 +66,13 @@ class MemoryLedger:
         self._phase_peaks: dict[str, dict[str, dict[str, int]]] = {}
         self._comm: dict[str, CommCount] = {}
         self._tracker: StorageTracker | None = None
-        self._label: str | None = None
+        self._label: Category | None = None
         self._phase = "idle"
         self._outer_phase: str | None = None
         self._allocator: AllocatorBeside | None = None
 
     # --- engine-owned buffers ---
-    def register(self, tensor: torch.Tensor, category: str, placement: Placement = Placement.DEVICE,
+    def register(self, tensor: torch.Tensor, category: Category, placement: Placement = Placement.DEVICE,
                  pinned: bool = False) -> torch.Tensor:
         """Count `tensor`'s storage under `category` at its location until it dies; a storage already
         counted is left as is.
@@ -97,7 +80,7 @@ class MemoryLedger:
         A storage first seen by the tracker (as activations/other) moves to `category` and the location
         (also from one unowned category's device line to its host line).
         """
-        _check_category(category)
+        category = _check_category(category)
         if tensor.device.type == "meta":
             return tensor
         storage = tensor.untyped_storage()
@@ -106,15 +89,16 @@ class MemoryLedger:
         if entry is not None and entry.ref() is storage:
             # A storage the tracker saw first moves to an owned category, or to where it really lives
             # (activations copied to host memory are made inside forward, so the tracker files them at the device).
-            if entry.category in UNOWNED and (category not in UNOWNED or where != entry.location):
+            if entry.category in UNOWNED_CATEGORIES and (category not in UNOWNED_CATEGORIES or where != entry.location):
                 self._move(entry, category, where)
             return tensor
         self._add(storage, where, category)
         return tensor
 
-    def new(self, category: str, make: Callable[[], torch.Tensor], placement: Placement = Placement.DEVICE,
+    def new(self, category: Category, make: Callable[[], torch.Tensor], placement: Placement = Placement.DEVICE,
             pinned: bool = False) -> torch.Tensor:
         """Run `make()` (one allocation) and register its result; while tracking, its storage is labelled at birth."""
+        category = _check_category(category)
         previous, self._label = self._label, category
         try:
             tensor = make()
@@ -122,12 +106,12 @@ class MemoryLedger:
             self._label = previous
         return self.register(tensor, category, placement, pinned)
 
-    def register_extent(self, owner: object, category: str, placement: Placement, nbytes: int,
+    def register_extent(self, owner: object, category: Category, placement: Placement, nbytes: int,
                         device: str = "cpu", allocated: bool = False) -> None:
         """Count `nbytes` that are not a tensor we hold (a swap file's bytes; a backend's staging copy) under
         `category` at `placement` on `device`, until `owner` dies or `release_extent(owner)` is called.
         `allocated`: the bytes are the allocator's (the ruler counts them), though no storage of ours holds them."""
-        _check_category(category)
+        category = _check_category(category)
         where = location(placement, device, pinned=False)
         counted = allocated and self._allocator is not None
         if counted:
@@ -155,9 +139,9 @@ class MemoryLedger:
         if finalizer is not None:
             finalizer()
 
-    def relabel(self, storage: torch.UntypedStorage, category: str) -> None:
+    def relabel(self, storage: torch.UntypedStorage, category: Category) -> None:
         """Move a counted storage to another category (stage 3 files gathered weights found still alive as held)."""
-        _check_category(category)
+        category = _check_category(category)
         entry = self._entries.get(storage._cdata)
         if entry is not None and entry.ref() is storage:
             self._move(entry, category, entry.location)
@@ -193,7 +177,7 @@ class MemoryLedger:
         if self._outer_phase is None or self._allocator is None:
             return
         where = self._allocator.ruler.device  # kernels run on the device the ruler counts
-        label = "activations" if self._phase in _ACTIVATION_PHASES else "other"
+        label = Category.ACTIVATIONS if self._phase in _ACTIVATION_PHASES else Category.OTHER
         self._allocator.change(where, nbytes)
         self._change(where, label, nbytes)
         self._change_total(where, nbytes)
@@ -306,9 +290,9 @@ class MemoryLedger:
     def report(self, pinned: PinnedMemoryStats | None = None, setup: LeverSetup | None = None) -> MemoryReport:
         memory: dict[str, dict[str, dict[str, int]]] = {}
         for where in sorted(self._current):
-            rows = {
+            rows: dict[str, dict[str, int]] = {
                 category: {"current": self._current[where][category], "peak": self._peak[where][category]}
-                for category in CATEGORIES
+                for category in Category
                 if self._peak[where][category] > 0
             }
             rows["total"] = {"current": self._total[where], "peak": self._total_peak[where]}
@@ -324,10 +308,10 @@ class MemoryLedger:
         entry = self._entries.get(storage._cdata)
         if entry is not None and entry.ref() is storage:
             return
-        label = self._label or ("activations" if self._phase in _ACTIVATION_PHASES else "other")
+        label = self._label or (Category.ACTIVATIONS if self._phase in _ACTIVATION_PHASES else Category.OTHER)
         self._add(storage, device, label)
 
-    def _add(self, storage: torch.UntypedStorage, where: str, category: str) -> None:
+    def _add(self, storage: torch.UntypedStorage, where: str, category: Category) -> None:
         key = storage._cdata
         nbytes = storage.nbytes()
         ref = weakref.ref(storage, lambda dead: self._on_free(key, dead))
@@ -339,7 +323,7 @@ class MemoryLedger:
         self._change(where, category, nbytes)
         self._change_total(where, nbytes)
 
-    def _move(self, entry: _Entry, category: str, where: str) -> None:
+    def _move(self, entry: _Entry, category: Category, where: str) -> None:
         self._change(entry.location, entry.category, -entry.nbytes)
         self._change_total(entry.location, -entry.nbytes)
         entry.category, entry.location = category, where
@@ -373,13 +357,13 @@ class MemoryLedger:
         self._change(entry.location, entry.category, -entry.nbytes)
         self._total[entry.location] -= entry.nbytes
 
-    def _change(self, where: str, category: str, delta: int) -> None:
+    def _change(self, where: str, category: Category, delta: int) -> None:
         current = self._current[where]
         current[category] += delta
         peak = self._peak[where]
         peak[category] = max(peak[category], current[category])
 
 
-def _check_category(category: str) -> None:
-    if category not in CATEGORIES:
-        raise ValueError(f"unknown ledger category {category!r}; known: {', '.join(CATEGORIES)}")
+def _check_category(category: Category) -> Category:
+    """The member for `category`; a plugin may pass the name ("optim.master"), an unknown one is a ValueError."""
+    return Category.named(category)

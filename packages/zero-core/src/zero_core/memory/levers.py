@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zero_plugins import Category
 
 @dataclass(frozen=True)
 class LeverSetup:
@@ -36,7 +37,7 @@ def measured_levers(held: dict[str, int], setup: LeverSetup) -> list[MeasuredLev
     """Each lever that acts on something held at the peak, largest saving first."""
     world = setup.world_size
     sharded_away = 1 - 1 / world  # what a stage that shards a copy takes off this rank
-    activations, optimizer = _held(held, "activations"), _held(held, "optim")
+    activations, optimizer = _held(held, Category.ACTIVATIONS), _held(held, "optim")
     gradients, parameters = _held(held, "grad"), _held(held, "param")
     out: list[MeasuredLever] = []
     if activations:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from zero_plugins import format_table
+from zero_plugins import Category, format_table
 
 from .levers import LeverSetup, measured_levers
 
@@ -102,11 +102,11 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
 
 # What lowers each kind of memory, by the category's first word (docs/ledger.md).
 _LEVERS = {
-    "activations": "activation checkpointing (docs/activations.md) or a smaller micro-batch lowers it; no ZeRO stage does",
+    Category.ACTIVATIONS: "activation checkpointing (docs/activations.md) or a smaller micro-batch lowers it; no ZeRO stage does",
     "optim": "a higher ZeRO stage shards it, offload_optimizer moves it off the device",
     "grad": "stage 2 or 3 keeps only this rank's gradient partition",
     "param": "stage 3 partitions the weights, offload_param moves the partitions off the device",
-    "other": "step temporaries: torch's optimizers make parameter-sized ones; CPU offload's sub_group_size bounds them",
+    Category.OTHER: "step temporaries: torch's optimizers make parameter-sized ones; CPU offload's sub_group_size bounds them",
 }
 
 

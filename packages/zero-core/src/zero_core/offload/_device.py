@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from zero_plugins import Category
 
 from ..memory import MemoryLedger, Placement
 from ._swap import SwapSpace
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
-    from ..config import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
+    from zero_plugins.ds_config import AioConfig, OffloadOptimizerConfig, OffloadParamConfig
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class OffloadDevice(ABC):
         """Raise one clear error, before anything is allocated, if the plan cannot fit (memlock, host memory, disk)."""
 
     @abstractmethod
-    def allocate(self, numel: int, dtype: torch.dtype, category: str, pin: bool) -> torch.Tensor:
+    def allocate(self, numel: int, dtype: torch.dtype, category: Category, pin: bool) -> torch.Tensor:
         """A zeroed 1-D tensor of host memory for an offloaded copy, registered in the ledger under
         `category` at this device's placement. `pin`: the copy is an end of device transfers, so it is
         pinned when the block's `pin_memory` allows (copies only the CPU step touches never are)."""

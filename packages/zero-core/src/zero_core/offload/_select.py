@@ -6,7 +6,7 @@ from importlib import metadata
 
 from zero_plugins import DISABLE_ENV, NamedRegistry, disabled_plugin_names
 
-from ..config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from . import _hookspecs
 from ._device import OffloadDevice, OffloadSettings
 

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Protocol
 
 import torch
+from zero_plugins import Category
 
 
 class SwapTransfer(Protocol):
@@ -37,7 +38,7 @@ class SwapSlot:
 
 class SwapSpace(ABC):
     @abstractmethod
-    def reserve(self, name: str, numel: int, dtype: torch.dtype, category: str) -> SwapSlot:
+    def reserve(self, name: str, numel: int, dtype: torch.dtype, category: Category) -> SwapSlot:
         """A slot for a tensor named `name` (unique in this space; a parameter's or sub-group's fully
         qualified name with the tensor's kind), counted in the ledger under `category` at `nvme`."""
 

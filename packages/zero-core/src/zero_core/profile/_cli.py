@@ -8,7 +8,7 @@ from typing import Any
 
 from zero_plugins import CommandResult, ZeroError, check_output_path
 
-from ..config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
+from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
 from ._models import hidden_width, max_positions, model_config
 from ._request import ProfileRequest, Setting

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zero_plugins import format_table
+from zero_plugins import Category, format_table
 
 from ._phases import PHASES
 
@@ -74,7 +74,7 @@ def _summary(settings: list[dict[str, Any]]) -> str:
     rows = []
     for setting in settings:
         init, peak = setting["phases"]["init"], setting["peak"]
-        held = sum(phase["measured"].get("param.gathered.held", 0) for phase in setting["phases"].values())
+        held = sum(phase["measured"].get(Category.PARAM_GATHERED_HELD, 0) for phase in setting["phases"].values())
         rows.append((setting["label"], _mib(init["measured_total"]), _mib(peak["measured"]["bytes"]),
                      peak["measured"]["phase"], _mib(peak["estimated"]["bytes"]),
                      "yes" if held else "no"))

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from zero_plugins import ZeroError
 
-from ..config import ConfigError
+from zero_plugins.ds_config import ConfigError
 
 if TYPE_CHECKING:
-    from ..config import OptimizerConfig
+    from zero_plugins.ds_config import OptimizerConfig
 
 _KERNEL_SWITCHES = ("torch_adam", "fp32_optimizer_states")
 OptimizerFactory = Callable[[list[dict[str, Any]]], torch.optim.Optimizer]

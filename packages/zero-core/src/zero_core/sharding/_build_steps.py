@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils.data as data
+from zero_plugins import Category
 
 from ..comm import Collectives
 from ..memory import MemoryLedger
@@ -18,7 +19,7 @@ from ._policy import StagePolicy
 from ._schedulers import build_scheduler
 
 if TYPE_CHECKING:
-    from ..config import ZeroConfig
+    from zero_plugins.ds_config import ZeroConfig
 
 
 COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -67,7 +68,7 @@ def place_frozen(params: Iterable[torch.nn.Parameter], context: BuildContext) ->
     """Whole frozen (or persistent, untrained) parameters on the device, in the compute dtype."""
     for param in params:
         param.data = param.data.to(device=context.device, dtype=context.compute_dtype_of(param))
-        context.ledger.register(param.data, "param.persistent")
+        context.ledger.register(param.data, Category.PARAM_PERSISTENT)
 
 
 def place_buffers(model: torch.nn.Module, context: BuildContext) -> None:
@@ -76,7 +77,7 @@ def place_buffers(model: torch.nn.Module, context: BuildContext) -> None:
         for name, buffer in module._buffers.items():
             if buffer is not None:
                 placed = buffer.to(device=context.device, dtype=context.compute_dtype_of(buffer))
-                module._buffers[name] = context.ledger.register(placed, "module.buffers")
+                module._buffers[name] = context.ledger.register(placed, Category.MODULE_BUFFERS)
 
 
 def resolve_scheduler(config: ZeroConfig, client: Any, optimizer: torch.optim.Optimizer) -> Any:

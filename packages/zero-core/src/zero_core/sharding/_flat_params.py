@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from zero_plugins import Category
 
 from ..memory import MemoryLedger
 from ._layout import FlatLayout
@@ -23,7 +24,7 @@ class FlatParams:
         dtype: torch.dtype,
         device: torch.device,
         ledger: MemoryLedger,
-        category: str = "param.persistent",
+        category: Category = Category.PARAM_PERSISTENT,
     ) -> None:
         self.layouts = list(layouts)
         self.starts: list[int] = []

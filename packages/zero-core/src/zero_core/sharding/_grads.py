@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
+from zero_plugins import Category
 
 from ._homes import StateHomes
 from ._layout import FlatLayout
@@ -59,7 +60,7 @@ class GradBuckets:
             else:
                 numel = layout.padded_numel
                 tensor = self._homes.ledger.new(
-                    "grad.full", lambda: torch.zeros(numel, dtype=self.dtype, device=self.device))
+                    Category.GRAD_FULL, lambda: torch.zeros(numel, dtype=self.dtype, device=self.device))
                 self._views[index] = [tensor[s.offset : s.offset + s.numel].view(s.shape) for s in layout.slots]
             self._tensors[index] = tensor
         return tensor

@@ -9,6 +9,7 @@ accelerator can. On the CPU accelerator the same calls run, and the copies are p
 from __future__ import annotations
 
 import torch
+from zero_plugins import Category
 
 from ..memory import MemoryLedger
 from ..offload import OffloadDevice
@@ -62,28 +63,28 @@ class StateHomes:
     def swapped_master(self, name: str, values: torch.Tensor) -> SwappedTensor:
         """An fp32 master tensor in swap space named `name`, holding `values` (a transient host tensor)."""
         pool = self.swap_pool_or_fail()
-        swapped = SwappedTensor(name, values.numel(), pool.settings.buffer_numel, pool, "optim.master")
+        swapped = SwappedTensor(name, values.numel(), pool.settings.buffer_numel, pool, Category.OPTIM_MASTER)
         return swapped.copy_(values)
 
     # --- allocation ---
     def master(self, numel: int) -> torch.Tensor:
         """A zeroed fp32 master tensor (`optim.master`)."""
-        return self._allocate(self.optimizer, numel, torch.float32, "optim.master", pin=False)
+        return self._allocate(self.optimizer, numel, torch.float32, Category.OPTIM_MASTER, pin=False)
 
     def step_grads(self, numel: int) -> torch.Tensor:
         """A persistent fp32 gradient buffer at the offload device, that whole gradients are copied
         into for the step (`optim.grad`); only when the optimizer is offloaded."""
         assert self.optimizer is not None
-        return self.optimizer.allocate(numel, torch.float32, "optim.grad", pin=True)
+        return self.optimizer.allocate(numel, torch.float32, Category.OPTIM_GRAD, pin=True)
 
     def grad_partition(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         """A zeroed gradient partition (`grad.partition`): fp32 at the offload device when the optimizer
         is offloaded, so reduced gradients land where the step reads them; else in `dtype` on the device."""
         if self.optimizer is not None:
-            return self.optimizer.allocate(numel, torch.float32, "grad.partition", pin=True)
-        return self._allocate(None, numel, dtype, "grad.partition", pin=False)
+            return self.optimizer.allocate(numel, torch.float32, Category.GRAD_PARTITION, pin=True)
+        return self._allocate(None, numel, dtype, Category.GRAD_PARTITION, pin=False)
 
-    def _allocate(self, offload: OffloadDevice | None, numel: int, dtype: torch.dtype, category: str,
+    def _allocate(self, offload: OffloadDevice | None, numel: int, dtype: torch.dtype, category: Category,
                   pin: bool) -> torch.Tensor:
         if offload is not None:
             return offload.allocate(numel, dtype, category, pin)

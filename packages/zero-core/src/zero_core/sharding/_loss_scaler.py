@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..config import ZeroConfig
+    from zero_plugins.ds_config import ZeroConfig
 
 log = logging.getLogger("zero_core.engine")
 

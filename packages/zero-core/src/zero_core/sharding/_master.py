@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import torch
+from zero_plugins import Category
 
 from ..memory import MemoryLedger
 from ._homes import StateHomes
@@ -130,6 +131,6 @@ def fp32_grads(master: MasterGrads, grads: Sequence[torch.Tensor], inv_scale: fl
         if grad.dtype == torch.float32:
             full.append(grad.mul_(inv_scale) if inv_scale != 1.0 else grad)
         else:
-            made = ledger.new("optim.grad", lambda: grad.float())
+            made = ledger.new(Category.OPTIM_GRAD, lambda: grad.float())
             full.append(made.mul_(inv_scale) if inv_scale != 1.0 else made)
     return full

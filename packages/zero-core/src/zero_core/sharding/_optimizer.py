@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from zero_plugins import Category
 
 from ..comm import Collectives
 from ..memory import MemoryLedger, Placement
@@ -139,7 +140,7 @@ class ZeroOptimizer:
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    self._ledger.register(value, "optim.state", placement, pinned=False)
+                    self._ledger.register(value, Category.OPTIM_STATE, placement, pinned=False)
 
     def get_global_grad_norm(self) -> float | None:
         """The unscaled global gradient norm of the last step, before clipping (None before any step)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 
 if TYPE_CHECKING:
-    from ..config import OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
+    from zero_plugins.ds_config import OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
 
 
 class GradReduction(enum.Enum):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
-from zero_plugins import ZeroError
+from zero_plugins import Category, ZeroError
 
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
@@ -175,7 +175,7 @@ class GradReducer:
 
     def _buffer(self, bucket: ReduceBucket) -> torch.Tensor:
         if bucket.buffer is None:
-            bucket.buffer = self._ledger.new("grad.bucket", bucket.new_buffer)
+            bucket.buffer = self._ledger.new(Category.GRAD_BUCKET, bucket.new_buffer)
         return bucket.buffer
 
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..config import ConfigError
+from zero_plugins.ds_config import ConfigError
 
 if TYPE_CHECKING:
-    from ..config import SchedulerConfig
+    from zero_plugins.ds_config import SchedulerConfig
 
 _WARMUP_TYPES = ("log", "linear")
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from zero_plugins import Category
 
-from ..config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from ..offload import SwapSlot, SwapSpace, SwapTransfer
 
 
@@ -104,7 +105,7 @@ class SwappedTensor:
     """A 1-D tensor (of the pool's dtype) in swap space, cut into slots of at most `sub_group_numel` elements
     (the optimizer's sub-groups; one slot when `sub_group_numel` is None)."""
 
-    def __init__(self, name: str, numel: int, sub_group_numel: int | None, pool: SwapPool, category: str) -> None:
+    def __init__(self, name: str, numel: int, sub_group_numel: int | None, pool: SwapPool, category: Category) -> None:
         self.name = name
         self.numel = numel
         self.pool = pool

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+from zero_plugins import Category
 
 from ..memory import MemoryLedger, Placement
 from ..offload import SwapSlot, SwapTransfer
@@ -132,7 +133,7 @@ class SwappedMaster:
             for name in names:
                 if name not in sub_group.states:
                     slot = self._pool.space.reserve(f"{sub_group.master.name}.{name}", sub_group.master.numel,
-                                                    torch.float32, "optim.state")
+                                                    torch.float32, Category.OPTIM_STATE)
                     self._pool.fill(slot, 0.0)
                     sub_group.states[name] = slot
                     state[name] = torch.empty(0)
@@ -146,10 +147,10 @@ class SwappedMaster:
                 if isinstance(value, torch.Tensor) and value.shape == shape and name not in sub_group.states]
         for name in made:
             sub_group.states[name] = self._pool.space.reserve(
-                f"{sub_group.master.name}.{name}", sub_group.master.numel, torch.float32, "optim.state")
+                f"{sub_group.master.name}.{name}", sub_group.master.numel, torch.float32, Category.OPTIM_STATE)
         for value in state.values():
             if isinstance(value, torch.Tensor) and value.shape != shape:  # step counts stay in memory
-                self._ledger.register(value, "optim.state", Placement.HOST)
+                self._ledger.register(value, Category.OPTIM_STATE, Placement.HOST)
         return made
 
 

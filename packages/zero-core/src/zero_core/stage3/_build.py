@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from ..sharding import (
     BuildContext,
     FlatLayout,

@@ -17,10 +17,11 @@ import warnings
 import weakref
 
 import torch
+from zero_plugins import Category
 
 from ..memory import MemoryLedger
 
-HELD_CATEGORY = "param.gathered.held"
+HELD_CATEGORY = Category.PARAM_GATHERED_HELD
 # How long the backend may take to let go of a completed collective's output. It needs
 # microseconds; the margin covers a loaded machine. Paid only when something is still alive.
 BACKEND_GRACE_S = 0.25

@@ -33,7 +33,7 @@ from zero_plugins import ZeroError
 
 from ..accelerator import get_accelerator
 from ..comm import Collectives, ensure_process_group
-from ..config import load_config
+from zero_plugins.ds_config import load_config
 from ..memory import MemoryLedger
 from ._init_meta import MetaModules, meta_parameter_names
 from ._init_mode import InitMode

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Sequence
 
 import torch
+from zero_plugins import Category
 
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
@@ -65,12 +66,12 @@ class ParamUnit:
         self._empty = torch.empty(0, dtype=dtype, device=device)
         self.swapped: SwappedShard | None = None
         if offload is None:
-            self.shard = ledger.new("param.partition", lambda: shard_of(self.layout, comm.rank, dtype, device))
+            self.shard = ledger.new(Category.PARAM_PARTITION, lambda: shard_of(self.layout, comm.rank, dtype, device))
         elif swap is not None:
             self.swapped = SwappedShard(swap_name or name, shard_of(self.layout, comm.rank, dtype, torch.device("cpu")), swap)
             self.shard = torch.empty(0, dtype=dtype)
         else:
-            self.shard = offload.allocate(self.layout.shard_numel, dtype, "param.partition", pin=True)
+            self.shard = offload.allocate(self.layout.shard_numel, dtype, Category.PARAM_PARTITION, pin=True)
             fill_shard(self.shard, self.layout, comm.rank)
         for slot in self.layout.slots:
             param = slot.param
@@ -98,7 +99,7 @@ class ParamUnit:
     def start_gather(self) -> None:
         """Allocate the buffer and launch the all-gather of every rank's shard into it."""
         numel, dtype, device = self.numel, self.dtype, self._device
-        self.buffer = self.ledger.new("param.gathered", lambda: torch.empty(numel, dtype=dtype, device=device))
+        self.buffer = self.ledger.new(Category.PARAM_GATHERED, lambda: torch.empty(numel, dtype=dtype, device=device))
         own = self.shard
         if self._offload is not None:
             # This rank's part goes straight into its place in the buffer: the all-gather then runs in place.

@@ -9,6 +9,7 @@ unit (`open_for_update`) and `commit` writes it to the file once the last sub-gr
 from __future__ import annotations
 
 import torch
+from zero_plugins import Category
 
 from ..offload import SwapTransfer
 from ..sharding import SwapPool, SwappedTensor
@@ -17,7 +18,7 @@ from ..sharding import SwapPool, SwappedTensor
 class SwappedShard:
     def __init__(self, name: str, values: torch.Tensor, pool: SwapPool) -> None:
         self.pool = pool
-        self.tensor = SwappedTensor(name, values.numel(), None, pool, "param.partition").copy_(values)
+        self.tensor = SwappedTensor(name, values.numel(), None, pool, Category.PARAM_PARTITION).copy_(values)
         self.slot = self.tensor.slots[0]
         self._reading: tuple[torch.Tensor, SwapTransfer] | None = None
         self._open: torch.Tensor | None = None

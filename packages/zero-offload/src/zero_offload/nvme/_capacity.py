@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import zero_pin
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from zero_core.offload import OffloadPlan, OffloadSettings
 
 from ._run_dir import RUN_PREFIX, _tree_bytes

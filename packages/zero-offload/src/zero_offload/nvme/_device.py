@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zero_core.config import ConfigError
+from zero_plugins.ds_config import ConfigError
 from zero_core.memory import Placement
 from zero_core.offload import OffloadPlan, OffloadSettings, SwapSpace
 

@@ -18,6 +18,7 @@ import torch
 import zero_pin
 from zero_core.memory import MemoryLedger, Placement
 from zero_core.offload import SwapSlot, SwapSpace, SwapTransfer
+from zero_plugins import Category
 
 from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, padded_nbytes
 from ._run_dir import SwapDirectory
@@ -40,7 +41,7 @@ class NvmeSwapSpace(SwapSpace):
     def slot_alignment(self) -> int:
         return ALIGNMENT
 
-    def reserve(self, name: str, numel: int, dtype: torch.dtype, category: str) -> SwapSlot:
+    def reserve(self, name: str, numel: int, dtype: torch.dtype, category: Category) -> SwapSlot:
         if name in self._slots:
             raise SwapError(f"swap slot {name!r} ({category}) is reserved twice")
         path = self._path_for(name, category)
@@ -52,7 +53,7 @@ class NvmeSwapSpace(SwapSpace):
     def staging_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         buffer = aligned_empty(numel, dtype, pin=self._pin)
         pinned = self._pin and zero_pin.is_pinned(buffer)
-        return self._ledger.register(buffer, "swap.buffer", Placement.HOST, pinned)
+        return self._ledger.register(buffer, Category.SWAP_BUFFER, Placement.HOST, pinned)
 
     def write(self, slot: SwapSlot, source: torch.Tensor) -> SwapTransfer:
         return self._start(slot, source, write=True)
@@ -84,7 +85,7 @@ class NvmeSwapSpace(SwapSpace):
             self._failure = self._failure or error
             raise
 
-    def _path_for(self, name: str, category: str) -> Path:
+    def _path_for(self, name: str, category: Category) -> Path:
         safe = _UNSAFE.sub("_", name).strip("._") or "tensor"
         if len(safe.encode()) > _NAME_LIMIT:  # keep the start and make it unique with a digest of the whole name
             safe = safe[: _NAME_LIMIT - 17] + "~" + hashlib.sha1(name.encode()).hexdigest()[:16]

@@ -27,7 +27,7 @@ from ._direct import buffered_from_env
 
 if TYPE_CHECKING:
     import torch
-    from zero_core.config import AioConfig
+    from zero_plugins.ds_config import AioConfig
 
 _ALIGNMENT = 4096  # ._buffers.ALIGNMENT, repeated so that this module imports no torch
 
@@ -59,7 +59,7 @@ class SwapBackend(ABC):
 
     def __init__(self, aio: AioConfig | None = None, *, buffered: bool | None = None) -> None:
         # The config (pydantic) is imported here: listing backends and `zero` commands stays light.
-        from zero_core.config import AioConfig, ConfigError
+        from zero_plugins.ds_config import AioConfig, ConfigError
 
         self.aio = aio if aio is not None else AioConfig()
         if self.aio.block_size % _ALIGNMENT:

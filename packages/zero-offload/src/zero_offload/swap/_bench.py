@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
-from zero_core.config import AioConfig
+from zero_plugins.ds_config import AioConfig
 from zero_plugins import check_writable_directory
 
 from ._buffers import ALIGNMENT, aligned_empty, byte_view

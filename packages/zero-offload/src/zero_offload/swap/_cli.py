@@ -80,7 +80,7 @@ def _positive(text: str | None, option: str) -> int | None:
 
 
 def _aio(args: argparse.Namespace) -> Any:
-    from zero_core.config import AioConfig, load_config
+    from zero_plugins.ds_config import AioConfig, load_config
 
     aio = load_config(args.config).aio if args.config else AioConfig()
     overrides = {"block_size": parse_bytes(args.block_size, "--block-size") if args.block_size else None,

@@ -10,7 +10,7 @@ from ._backend import SwapBackend
 from ._errors import SwapError
 
 if TYPE_CHECKING:  # the config (pydantic) is imported by callers; listing commands must stay light
-    from zero_core.config import AioConfig
+    from zero_plugins.ds_config import AioConfig
 
 ENV_VAR = "ZERO_SWAP_BACKEND"
 DEFAULT = "threads"

@@ -18,7 +18,7 @@ from ._requests import Block, split
 
 if TYPE_CHECKING:
     import torch
-    from zero_core.config import AioConfig
+    from zero_plugins.ds_config import AioConfig
 
 
 class WorkerQueue(ABC):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from ...config import ConfigError, read_config_file
+from zero_plugins.ds_config import ConfigError, read_config_file
 
 ConfigSource: TypeAlias = str | os.PathLike[str] | Mapping[str, Any]
 

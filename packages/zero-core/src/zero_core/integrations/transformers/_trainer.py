@@ -26,7 +26,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import TrainOutput
 from transformers.utils import SAFE_WEIGHTS_NAME, WEIGHTS_NAME
 
-from ...config import IgnoredConfigKeysWarning, load_config
+from zero_plugins.ds_config import IgnoredConfigKeysWarning, load_config
 from ...engine import ZeroEngine, initialize
 from ...stage3 import Init
 from ._auto_values import ZeroTrainerError, resolve_config

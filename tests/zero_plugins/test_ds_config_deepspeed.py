@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from pydantic import BaseModel
-from zero_core.config import (
+from zero_plugins.ds_config import (
     AioConfig,
     BF16Config,
     FP16Config,

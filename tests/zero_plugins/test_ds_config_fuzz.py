@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 import pytest
-from zero_core.config import ConfigError, ZeroConfig, load_config
+from zero_plugins.ds_config import ConfigError, ZeroConfig, load_config
 
 # In requirements-dev.txt; a tox env without it skips this file.
 pytest.importorskip("hypothesis")

@@ -7,10 +7,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-from zero_core.config import IgnoredConfigKeysWarning, ZeroConfig, load_config
+from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config
 
 CONFIGS = Path(__file__).parent / "configs"
-CONFIG_PACKAGE = Path(__file__).parents[2] / "packages" / "zero-core" / "src" / "zero_core" / "config"
+CONFIG_PACKAGE = Path(__file__).parents[2] / "packages" / "zero-plugins" / "src" / "zero_plugins" / "ds_config"
 
 
 def load_quietly(source, **kwargs) -> ZeroConfig:

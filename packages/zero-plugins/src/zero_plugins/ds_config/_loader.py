@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from zero_plugins import ConfigFileError, json_integer, read_config_text
+from .._user_files import ConfigFileError, json_integer, read_config_text
 
 from ._batch import resolve_batch_sizes
 from ._checks import check_consistency, drop_offload_unused_by_stage

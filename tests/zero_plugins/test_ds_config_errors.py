@@ -6,9 +6,9 @@ import re
 import typing
 
 import pytest
-from zero_core.config import ConfigError, ZeroConfig, load_config
-from zero_core.config._base import ConfigModel
-from zero_core.config._params import OPTIMIZER_PARAMS, SCHEDULER_PARAMS
+from zero_plugins.ds_config import ConfigError, ZeroConfig, load_config
+from zero_plugins.ds_config._base import ConfigModel
+from zero_plugins.ds_config._params import OPTIMIZER_PARAMS, SCHEDULER_PARAMS
 from zero_plugins import ZeroError
 
 BAD = [

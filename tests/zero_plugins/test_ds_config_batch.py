@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from zero_core.config import ConfigError, load_config
+from zero_plugins.ds_config import ConfigError, load_config
 
 KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 

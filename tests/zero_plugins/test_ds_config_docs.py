@@ -5,8 +5,8 @@ import re
 import typing
 from pathlib import Path
 
-from zero_core.config import ZeroConfig
-from zero_core.config._base import ConfigModel
+from zero_plugins.ds_config import ZeroConfig
+from zero_plugins.ds_config._base import ConfigModel
 
 DOCS = Path(__file__).parents[2] / "docs" / "config.md"
 ROW = re.compile(r"^\| `([^`]+)` \| (supported|ignored|rejected) \|")

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from zero_plugins import ZeroError, validation_problem
+from .._errors import ZeroError
+from .._validation import validation_problem
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails  # what ValidationError.errors() lists
