@@ -240,14 +240,14 @@ CLI: list[tuple[list[str], str]] = [
     (["estimate", "--config", "{hf_kv_heads}"], "num_key_value_heads"),
     (["estimate", "--config", "{hf_dropout}"], "attn_pdrop"),
     (["estimate", "--config", "{hf_too_many_params}"], "1e15"),
-    (["estimate", "--params", "7B", "--ds-config", "{fifo}"], "--ds-config"),
-    (["estimate", "--params", "7B", "--ds-config", "{oversized}"], "--ds-config"),
+    (["estimate", "--params", "7B", "--ds-config", "{fifo}"], "named pipe"),  # zero profile's message
+    (["estimate", "--params", "7B", "--ds-config", "{oversized}"], "16 MiB"),  # zero profile's message
     (["estimate", "--params", "7B", "--layers", "32", "--hidden-size", "4096", "--heads", "3"], "--heads"),
     (["estimate", "--params", "7B", "--layers", "1e7", "--hidden-size", "4096", "--heads", "32"], "--layers"),
     (["estimate", "--params", "7B", "--layers", "32", "--hidden-size", "4096", "--heads", "32", "--vocab-size", "1e9"],
      "--vocab-size"),
-    (["estimate", "--params", "7B", "--ds-config", "{binary}"], "--ds-config"),
-    (["estimate", "--params", "7B", "--ds-config", "{truncated}"], "--ds-config"),
+    (["estimate", "--params", "7B", "--ds-config", "{binary}"], "binary"),  # zero profile's message
+    (["estimate", "--params", "7B", "--ds-config", "{truncated}"], "truncated"),  # zero profile's message
     (["estimate", "--params", "1e16"], "--params"),
     (["estimate", "--params", "1e400"], "--params"),
     (["estimate", "--params", "0"], "--params"),

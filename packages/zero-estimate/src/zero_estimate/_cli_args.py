@@ -231,12 +231,10 @@ def ds_settings_from_args(args: argparse.Namespace, cluster: Cluster) -> tuple[T
     """The training and ZeRO settings of --ds-config, before the flags override them; None without it."""
     if args.ds_config is None:
         return None
+    # Refused with zero-core's own message: the config's keys and file are named in it.
     ds = _ds_config.load_ds_config(args.ds_config)
-    try:
-        # --seq-len and the other training flags are applied over it by training_from_args.
-        return _ds_config.settings_from_ds_config(ds, cluster.world_size, checkpointing=_checkpointing(args))
-    except EstimateError as error:
-        raise EstimateError(str(error), f"--ds-config {args.ds_config}") from None
+    # --seq-len and the other training flags are applied over it by training_from_args.
+    return _ds_config.settings_from_ds_config(ds, cluster.world_size, checkpointing=_checkpointing(args))
 
 
 def training_from_args(

@@ -5,9 +5,12 @@ import; its request is a plain dict, so this module checks its keys itself.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
+
+from zero_plugins.ds_config import IgnoredConfigKeysWarning
 
 from . import _checks
 from ._ds_config import settings_from_ds_config, with_stage
@@ -31,12 +34,14 @@ def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise EstimateError(f"missing {', '.join(missing)}; pass all of {', '.join(REQUIRED)}", "request")
     world_size = _checks.count(request["world_size"], "world_size")
-    training, zero = settings_from_ds_config(
-        request["ds_config"],
-        world_size,
-        checkpointing=request.get("checkpointing", "none"),
-        seq_len=_checks.count(request["seq_len"], "seq_len"),
-    )
+    with warnings.catch_warnings():  # the engine has read this config and warned of its ignored keys already
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
+        training, zero = settings_from_ds_config(
+            request["ds_config"],
+            world_size,
+            checkpointing=request.get("checkpointing", "none"),
+            seq_len=_checks.count(request["seq_len"], "seq_len"),
+        )
     zero = with_stage(zero, request["stage"])
     # torch steps tensor by tensor on a CPU device and with foreach kernels on a GPU (its defaults).
     if request.get("device") == "cpu":  # gloo: its collectives copy their buffers

@@ -4,6 +4,7 @@
 """
 from ._activation import ActivationCheckpointingConfig, check_contiguous
 from ._aio import AioConfig
+from ._batch import resolve_batch_sizes
 from ._checkpoint import CheckpointConfig, TagValidation
 from ._errors import ConfigError, IgnoredConfigKeysWarning
 from ._loader import load_config, read_config_file
@@ -32,6 +33,7 @@ __all__ = [
     "ZeroConfig",
     "ZeroOptimizationConfig",
     "read_config_file",
+    "resolve_batch_sizes",
     "check_contiguous",
     "load_config",
 ]

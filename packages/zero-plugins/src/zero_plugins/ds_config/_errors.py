@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+
 from .._errors import ZeroError
 from .._validation import validation_problem
 

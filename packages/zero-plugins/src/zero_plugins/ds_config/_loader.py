@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+
 from .._user_files import ConfigFileError, json_integer, read_config_text
 
 from ._batch import resolve_batch_sizes

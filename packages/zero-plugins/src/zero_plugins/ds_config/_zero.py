@@ -103,6 +103,8 @@ class ZeroOptimizationConfig(ConfigModel):
     def _resolve_defaults(self) -> ZeroOptimizationConfig:
         if self.overlap_comm is None:
             self.overlap_comm = self.stage == 3
+            # Still "not given" in model_fields_set: the estimator re-derives it at each stage it estimates.
+            self.__pydantic_fields_set__.discard("overlap_comm")
         self._take_legacy("cpu_offload", "offload_optimizer", OffloadOptimizerConfig)
         self._take_legacy("cpu_offload_param", "offload_param", OffloadParamConfig)
         return self
