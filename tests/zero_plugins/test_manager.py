@@ -1,11 +1,19 @@
 """The process-wide manager: entry points, ZERO_DISABLE_PLUGINS, listing."""
 from __future__ import annotations
 
+import re
 from importlib import metadata
 
 import pytest
 
-from zero_plugins import disabled_plugin_names, get_plugin_manager, hookimpl, plugin_infos, reset_plugin_manager
+from zero_plugins import (
+    disabled_plugin_names,
+    get_plugin_manager,
+    hookimpl,
+    lazy_exports,
+    plugin_infos,
+    reset_plugin_manager,
+)
 
 
 def installed_zero_entry_points() -> set[str]:
@@ -53,3 +61,26 @@ def test_listing_names_hooks_and_distribution(plugin_manager):
         dist = infos[name].distribution
         assert dist.startswith("zero-"), (name, dist)
         assert infos[name].version == metadata.version(dist)
+
+
+@pytest.mark.parametrize(("block", "problem"), [
+    ("if TYPE_CHECKING:\n    from json import dumps\n", "write `dumps as dumps`"),
+    ("if TYPE_CHECKING:\n    import json\n", "holds only `from module import name as name` lines"),
+    ("X = 1\n", "no `if TYPE_CHECKING:` imports"),
+])
+def test_a_lazy_package_declares_its_exports_as_type_checking_imports(tmp_path, block, problem):
+    init = tmp_path / "__init__.py"
+    init.write_text("from typing import TYPE_CHECKING\n" + block)
+    with pytest.raises(TypeError, match=re.escape(problem)):
+        lazy_exports("somewhere", str(init))
+
+
+def test_lazy_exports_import_each_name_on_first_use(tmp_path):
+    init = tmp_path / "__init__.py"
+    init.write_text("if TYPE_CHECKING:\n    from json import dumps as dumps\n    from . import decoder as decoder\n")
+    getattr_, dir_, names = lazy_exports("json", str(init))
+    assert names == ["dumps", "decoder"] and {"dumps", "decoder"} <= set(dir_())
+    import json
+    import json.decoder
+
+    assert getattr_("dumps") is json.dumps and getattr_("decoder") is json.decoder

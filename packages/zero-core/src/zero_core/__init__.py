@@ -3,57 +3,16 @@
 Exports load on first use (see zero_plugins.lazy_exports) so that loading the `zero`
 entry point, which imports this package, does not import torch.
 """
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zero_plugins import lazy_exports
 
 from .__about__ import __version__
 
-_EXPORTS = {
-    "Accelerator": ".accelerator",
-    "get_accelerator": ".accelerator",
-    "set_accelerator": ".accelerator",
-    "StorageTracker": ".memory",
-    "MemoryLedger": ".memory",
-    "MemoryReport": ".memory",
-    "see_memory_usage": ".accelerator",
-    "initialize": ".engine",
-    "add_config_arguments": ".engine",
-    "init_distributed": ".comm",
-    "CollectiveFailed": ".comm",
-    "NonFiniteStepsError": ".engine",
-    "RankMismatch": ".engine",
-    "EngineMisuse": ".engine",
-    "ZeroEngine": ".engine",
-    "ZeroOptimizer": ".engine",
-    "load_config": "zero_plugins.ds_config",
-    "ConfigError": "zero_plugins.ds_config",
-    "ZeroConfig": "zero_plugins.ds_config",
-    "IgnoredConfigKeysWarning": "zero_plugins.ds_config",
-    "get_fp32_state_dict_from_zero_checkpoint": ".checkpoint",
-    "Init": ".stage3",
-    "GatheredParameters": ".stage3",
-    "HeldParametersWarning": ".stage3",
-}
-
-_export, _dir = lazy_exports(__name__, _EXPORTS)
-# Subpackages reached as attributes after `import zero_core`, as DeepSpeed's are after `import deepspeed`
-# (`deepspeed.zero.Init`, `deepspeed.comm.get_rank()`, `deepspeed.utils.zero_to_fp32`, ...).
-_SUBPACKAGES = ("accelerator", "checkpointing", "comm", "utils", "zero")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
-    return _export(name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*_dir(), *_SUBPACKAGES})
-
-
-if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+# The exports, each declared once: mypy reads these imports, and lazy_exports reads them to import each
+# name on first use (`name as name` is mypy's explicit re-export). The subpackages are reached as attributes
+# after `import zero_core`, as DeepSpeed's are after `import deepspeed` (`deepspeed.zero.Init`, ...).
+if TYPE_CHECKING:
     from . import (
         accelerator as accelerator,
         checkpointing as checkpointing,
@@ -97,4 +56,5 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
         Init as Init,
     )
 
-__all__ = ["__version__", *_EXPORTS, *_SUBPACKAGES]
+__getattr__, __dir__, _exports = lazy_exports(__name__, __file__)
+__all__ = ["__version__", *_exports]

@@ -9,15 +9,10 @@ from zero_plugins import lazy_exports
 
 from .__about__ import __version__
 
-_EXPORTS = {
-    "CPUAdam": ".optim",
-    "CPUAdagrad": ".optim",
-    "CPULion": ".optim",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+# The exports, each declared once: mypy reads these imports, and lazy_exports reads them to import each
+# name on first use (`name as name` is mypy's explicit re-export).
+if TYPE_CHECKING:
     from .optim import CPUAdagrad as CPUAdagrad, CPUAdam as CPUAdam, CPULion as CPULion
 
-__all__ = ["__version__", *_EXPORTS]
+__getattr__, __dir__, _exports = lazy_exports(__name__, __file__)
+__all__ = ["__version__", *_exports]

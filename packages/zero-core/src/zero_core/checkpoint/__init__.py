@@ -7,24 +7,9 @@ from typing import TYPE_CHECKING
 
 from zero_plugins import lazy_exports
 
-_EXPORTS = {
-    "add_checkpoint_arguments": "._arguments",
-    "AsyncSaver": "._async",
-    "checkpoint_command": "._cli",
-    "export_checkpoint": "._export",
-    "inspect_checkpoints": "._inspect",
-    "load_checkpoint": "._load",
-    "get_fp32_state_dict_from_zero_checkpoint": "._read",
-    "SavedCheckpoint": "._read",
-    "parse_size": "._export",
-    "plan_shards": "._export",
-    "begin_save": "._save",
-    "write_save": "._save",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+# The exports, each declared once: mypy reads these imports, and lazy_exports reads them to import each
+# name on first use (`name as name` is mypy's explicit re-export).
+if TYPE_CHECKING:
     from ._arguments import add_checkpoint_arguments as add_checkpoint_arguments
     from ._async import AsyncSaver as AsyncSaver
     from ._cli import checkpoint_command as checkpoint_command
@@ -41,4 +26,4 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
     )
     from ._save import begin_save as begin_save, write_save as write_save
 
-__all__ = [*_EXPORTS]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

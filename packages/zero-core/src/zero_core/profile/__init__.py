@@ -8,24 +8,9 @@ from typing import TYPE_CHECKING
 
 from zero_plugins import lazy_exports
 
-_EXPORTS = {
-    "add_profile_arguments": "._arguments",
-    "PHASES": "._phases",
-    "ProfileRequest": "._request",
-    "Setting": "._request",
-    "compare": "._compare",
-    "estimate_memory": "._estimator",
-    "hf_train_step": "._phases",
-    "profile_command": "._cli",
-    "profile_engine": "._phases",
-    "profile_html": "._html",
-    "profile_text": "._text",
-    "run_profile": "._run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+# The exports, each declared once: mypy reads these imports, and lazy_exports reads them to import each
+# name on first use (`name as name` is mypy's explicit re-export).
+if TYPE_CHECKING:
     from ._arguments import add_profile_arguments as add_profile_arguments
     from ._cli import profile_command as profile_command
     from ._compare import compare as compare
@@ -36,4 +21,4 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
     from ._run import run_profile as run_profile
     from ._text import profile_text as profile_text
 
-__all__ = [*_EXPORTS]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -7,15 +7,10 @@ from typing import TYPE_CHECKING
 
 from zero_plugins import lazy_exports
 
-_EXPORTS = {
-    "build_report": "._build",
-    "ReportTable": "._table",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+# The exports, each declared once: mypy reads these imports, and lazy_exports reads them to import each
+# name on first use (`name as name` is mypy's explicit re-export).
+if TYPE_CHECKING:
     from ._build import build_report as build_report
     from ._table import ReportTable as ReportTable
 
-__all__ = [*_EXPORTS]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -8,30 +8,9 @@ from typing import TYPE_CHECKING
 
 from zero_plugins import lazy_exports
 
-_EXPORTS = {
-    "ALIGNMENT": "._buffers",
-    "aligned_empty": "._buffers",
-    "padded_nbytes": "._buffers",
-    "SwapBackend": "._backend",
-    "SwapHandle": "._backend",
-    "ThreadsBackend": "._threads",
-    "IoUringBackend": "._uring",
-    "SwapError": "._errors",
-    "SwapIOError": "._errors",
-    "UnalignedBufferError": "._errors",
-    "DirectIOUnsupportedError": "._errors",
-    "BUFFERED_ENV": "._direct",
-    "buffered_from_env": "._direct",
-    "check_direct_io": "._direct",
-    "ENV_VAR": "._select",
-    "backend_statuses": "._select",
-    "get_swap_backend": "._select",
-    "selected_name": "._select",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no computed __all__
+# The exports, each declared once: mypy reads these imports, and lazy_exports reads them to import each
+# name on first use (`name as name` is mypy's explicit re-export).
+if TYPE_CHECKING:
     from ._backend import SwapBackend as SwapBackend, SwapHandle as SwapHandle
     from ._buffers import (
         ALIGNMENT as ALIGNMENT,
@@ -58,4 +37,4 @@ if TYPE_CHECKING:  # `name as name` is mypy's explicit re-export; it reads no co
     from ._threads import ThreadsBackend as ThreadsBackend
     from ._uring import IoUringBackend as IoUringBackend
 
-__all__ = [*_EXPORTS]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
