@@ -94,20 +94,18 @@ class NativeBackend(PinBackend):
 
     def _new_block(self, nbytes: int, size: int) -> Any:
         alignment = huge_page_alignment(size)
-        try:
-            return self._op.LockedBlock(nbytes, alignment)
-        except OSError as error:
-            if error.filename != "mlock":
-                raise
-            reason = error.strerror
-        if self.cache.release():  # the kernel refused: try once more without any cached block
+        retried = False
+        while True:
             try:
                 return self._op.LockedBlock(nbytes, alignment)
             except OSError as error:
                 if error.filename != "mlock":
                     raise
                 reason = error.strerror
-        raise MemlockLimitError(f"mlock of {format_bytes(size)} failed: {reason}; {FIX}")
+            # The kernel refused: try once more after releasing every cached block.
+            if retried or not self.cache.release():
+                raise MemlockLimitError(f"mlock of {format_bytes(size)} failed: {reason}; {FIX}")
+            retried = True
 
     def _release(self, pin: _Pin) -> None:
         # Deferred from the view's finalizer: the last view died. Unless unpin_memory took it

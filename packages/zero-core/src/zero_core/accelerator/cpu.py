@@ -56,18 +56,20 @@ class CpuAccelerator(Accelerator):
         return True
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        ruler = self.allocator_ruler()
-        if ruler is not None:
-            return ruler.current_bytes()
-        tracker = active_tracker()
-        return tracker.current_bytes("cpu") if tracker else _host_memory.rss_bytes()
+        return self._allocated(peak=False)
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
+        return self._allocated(peak=True)
+
+    def _allocated(self, *, peak: bool) -> int:
+        """The allocator's count where it is on, else the storage tracker's, else the process RSS."""
         ruler = self.allocator_ruler()
         if ruler is not None:
-            return ruler.peak_bytes()
+            return ruler.peak_bytes() if peak else ruler.current_bytes()
         tracker = active_tracker()
-        return tracker.peak_bytes("cpu") if tracker else _host_memory.peak_rss_bytes()
+        if tracker:
+            return tracker.peak_bytes("cpu") if peak else tracker.current_bytes("cpu")
+        return _host_memory.peak_rss_bytes() if peak else _host_memory.rss_bytes()
 
     # The host has no caching allocator: what is reserved is what is resident.
     def memory_reserved(self, device_index: int | None = None) -> int:

@@ -9,10 +9,27 @@ zero-core never touches files; zero-offload implements this over its swap-I/O ba
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from zero_plugins import Category
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwapSettings:
+    """How copies in swap space go through the pool of staging buffers: from the ds_config's offload block."""
+
+    buffer_count: int
+    buffer_numel: int  # elements of one buffer: the largest sub-group (or partition)
+    pipeline_read: bool = False
+    pipeline_write: bool = False
+    block_path: str = "zero_optimization.offload_optimizer"
+    dtype: torch.dtype = torch.float32  # of the swapped tensors (stage 3's partitions: the compute dtype)
+
+    def pool_bytes(self, alignment: int) -> int:
+        """The pool's host memory: `buffer_count` buffers, each laid out in whole blocks of `alignment` bytes."""
+        return self.buffer_count * -(-self.buffer_numel * self.dtype.itemsize // alignment) * alignment
 
 
 class SwapTransfer(Protocol):
@@ -23,14 +40,14 @@ class SwapTransfer(Protocol):
         ...
 
 
+@dataclass(frozen=True, repr=False)
 class SwapSlot:
     """One tensor's place in swap space: `numel` elements of `dtype`, at `location` (a file, for messages)."""
 
-    def __init__(self, name: str, numel: int, dtype: torch.dtype, location: str) -> None:
-        self.name = name
-        self.numel = numel
-        self.dtype = dtype
-        self.location = location
+    name: str
+    numel: int
+    dtype: torch.dtype
+    location: str
 
     def __repr__(self) -> str:
         return f"SwapSlot({self.name}, {self.numel} x {self.dtype}, {self.location})"

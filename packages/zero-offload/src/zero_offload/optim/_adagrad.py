@@ -29,8 +29,7 @@ class CPUAdagrad(CPUOptimizer):
         fp32_optimizer_states: bool = True,
     ) -> None:
         defaults = dict(lr=lr, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
-        self._check_group(defaults)
-        super().__init__(params, defaults, fp32_optimizer_states)
+        super().__init__(params, defaults, fp32_optimizer_states=fp32_optimizer_states)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_lr(group["lr"])

@@ -41,9 +41,8 @@ class CPUAdam(CPUOptimizer):
     ) -> None:
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                         bias_correction=bias_correction, amsgrad=amsgrad)
-        self._check_group(defaults)
         self.adamw_mode = adamw_mode
-        super().__init__(params, defaults, fp32_optimizer_states)
+        super().__init__(params, defaults, fp32_optimizer_states=fp32_optimizer_states)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_lr(group["lr"])

@@ -21,7 +21,8 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
     param's first step, zero-filled, with a float32 `step` count, as torch's optimizers keep it.
     """
 
-    def __init__(self, params: Iterable[Any], defaults: dict[str, Any], fp32_optimizer_states: bool) -> None:
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, fp32_optimizer_states: bool) -> None:
+        self._check_group(defaults)  # before torch's own checks of the params, so a bad value is named first
         self.fp32_optimizer_states = fp32_optimizer_states
         super().__init__(params, defaults)
 

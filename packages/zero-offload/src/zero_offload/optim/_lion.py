@@ -34,8 +34,7 @@ class CPULion(CPUOptimizer):
         fp32_optimizer_states: bool = True,
     ) -> None:
         defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay)
-        self._check_group(defaults)
-        super().__init__(params, defaults, fp32_optimizer_states)
+        super().__init__(params, defaults, fp32_optimizer_states=fp32_optimizer_states)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_lr(group["lr"])
