@@ -121,7 +121,8 @@ def test_stage_error_reads_as_documented():
 @pytest.mark.parametrize(
     "text, problem",
     [
-        ('{"train_batch_size": 8,}', "not valid JSON (Expecting property name enclosed in double quotes at line 1"),
+        # json words a trailing comma differently from Python 3.13 on: only our part of the message is checked
+        ('{"train_batch_size": 8,}', "not valid JSON ("),
         ('{"zero_optimization": {"stage": 1, "stage": 2}}', 'key "stage" appears twice in one object'),
         ("[1, 2]", "must hold a JSON object (got list)"),
     ],
