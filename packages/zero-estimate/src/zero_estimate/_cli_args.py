@@ -78,6 +78,19 @@ _ZERO_COUNTS = {
 }
 # What each count counts, for --help, where it is not elements.
 _COUNT_UNITS = {"optimizer_buffer_count": "NVMe swap buffers", "param_buffer_count": "NVMe swap buffers"}
+# store_true training flags: flag -> --help.
+_TRAINING_SWITCHES = {
+    "--cpu-checkpointing": "full checkpointing, checkpointed inputs in pinned host memory",
+    "--offload-activations":
+        "what the layers save for backward in pinned host memory (offload_saved_activations); not with full",
+    "--flash-attention": "attention keeps no s x s scores",
+}
+# store_true ZeRO flags that turn a setting off: flag -> (ZeroSettings field, --help).
+_ZERO_OFF_SWITCHES = {
+    "--no-memory-efficient-linear": ("memory_efficient_linear", "stage 3: autograd keeps every gathered weight"),
+    "--no-zero-init": ("zero_init", "stage 3: build the whole model on each process"),
+    "--no-pin-memory": ("pin_memory", "offload buffers are pageable, not pinned"),
+}
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,31 +126,22 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
         help="a DeepSpeed ds_config JSON for the training and ZeRO settings; flags given override it",
     )
     training = parser.add_argument_group("training")
-    training.add_argument("--precision", metavar="P", help=_one_of(PRECISION_BYTES, "bf16"))
-    training.add_argument("--optimizer", metavar="NAME", help=_one_of(OPTIMIZERS, "adamw"))
-    training.add_argument("--optimizer-impl", metavar="IMPL",
-                          help=_one_of(OPTIMIZER_IMPLS, "foreach") + ": how torch steps the master (its temporaries)")
-    training.add_argument("--micro-batch", metavar="N", help="micro-batch per GPU (default 1)")
-    training.add_argument("--seq-len", metavar="N", help="tokens per sample (default 2048, or the model's maximum)")
-    training.add_argument("--grad-accum", metavar="N", help="gradient accumulation steps (default 1)")
-    training.add_argument("--checkpointing", metavar="MODE", help=_one_of(CHECKPOINTING, "none"))
-    training.add_argument(
-        "--checkpoint-every", metavar="K", help="full checkpointing, one checkpoint every K layers (default 1)"
-    )
-    training.add_argument(
-        "--number-checkpoints",
-        metavar="N",
-        help="full checkpointing, N checkpoints over the layers (DeepSpeed's number_checkpoints): K = ceil(layers/N)",
-    )
-    training.add_argument(
-        "--cpu-checkpointing", action="store_true", help="full checkpointing, checkpointed inputs in pinned host memory"
-    )
-    training.add_argument(
-        "--offload-activations",
-        action="store_true",
-        help="what the layers save for backward in pinned host memory (offload_saved_activations); not with full",
-    )
-    training.add_argument("--flash-attention", action="store_true", help="attention keeps no s x s scores")
+    for flag, metavar, help_text in (
+        ("--precision", "P", _one_of(PRECISION_BYTES, "bf16")),
+        ("--optimizer", "NAME", _one_of(OPTIMIZERS, "adamw")),
+        ("--optimizer-impl", "IMPL",
+         _one_of(OPTIMIZER_IMPLS, "foreach") + ": how torch steps the master (its temporaries)"),
+        ("--micro-batch", "N", "micro-batch per GPU (default 1)"),
+        ("--seq-len", "N", "tokens per sample (default 2048, or the model's maximum)"),
+        ("--grad-accum", "N", "gradient accumulation steps (default 1)"),
+        ("--checkpointing", "MODE", _one_of(CHECKPOINTING, "none")),
+        ("--checkpoint-every", "K", "full checkpointing, one checkpoint every K layers (default 1)"),
+        ("--number-checkpoints", "N",
+         "full checkpointing, N checkpoints over the layers (DeepSpeed's number_checkpoints): K = ceil(layers/N)"),
+    ):
+        training.add_argument(flag, metavar=metavar, help=help_text)
+    for flag, help_text in _TRAINING_SWITCHES.items():
+        training.add_argument(flag, action="store_true", help=help_text)
     zero = parser.add_argument_group("ZeRO (zero_optimization keys; DeepSpeed's defaults)")
     if offload:
         devices = _one_of(OFFLOAD_DEVICES, "none")
@@ -147,11 +151,8 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
         unit = _COUNT_UNITS.get(field, "elements")
         zero.add_argument(flag, metavar="N", help=f"{unit} (default {getattr(ZeroSettings, field):,})")
     zero.add_argument("--overlap-comm", action=argparse.BooleanOptionalAction, help="default: on for stage 3 only")
-    zero.add_argument(
-        "--no-memory-efficient-linear", action="store_true", help="stage 3: autograd keeps every gathered weight"
-    )
-    zero.add_argument("--no-zero-init", action="store_true", help="stage 3: build the whole model on each process")
-    zero.add_argument("--no-pin-memory", action="store_true", help="offload buffers are pageable, not pinned")
+    for flag, (_, help_text) in _ZERO_OFF_SWITCHES.items():
+        zero.add_argument(flag, action="store_true", help=help_text)
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -292,22 +293,26 @@ def zero_from_args(args: argparse.Namespace, stage: int, base: ZeroSettings | No
     """ZeRO settings at `stage`: `base` (from --ds-config) or DeepSpeed's defaults, with the flags given."""
     overrides: dict[str, Any] = {"stage": stage}
     for flag, field in _ZERO_COUNTS.items():
-        value = getattr(args, flag[2:].replace("-", "_"))
+        value = getattr(args, _dest(flag))
         if value is not None:
             overrides[field] = _count(value, flag, minimum=1 if field == "reduce_bucket_size" else 0)
     for flag in ("--offload-optimizer", "--offload-param"):
-        field = flag[2:].replace("-", "_")
+        field = _dest(flag)
         device = _optional_choice(getattr(args, field, None), flag, OFFLOAD_DEVICES)  # `zero plan` has no such flags
         if device is not None:
             overrides[field] = device
     if args.overlap_comm is not None:
         overrides["overlap_comm"] = args.overlap_comm
     # The --no-* flags given turn a setting off; left out, the base's value stands.
-    for flag, field in (("no_memory_efficient_linear", "memory_efficient_linear"), ("no_zero_init", "zero_init"),
-                        ("no_pin_memory", "pin_memory")):
-        if getattr(args, flag):
+    for flag, (field, _) in _ZERO_OFF_SWITCHES.items():
+        if getattr(args, _dest(flag)):
             overrides[field] = False
     return ZeroSettings(**overrides) if base is None else replace(base, **overrides)
+
+
+def _dest(flag: str) -> str:
+    """The attribute argparse stores `flag` in: "--no-zero-init" -> "no_zero_init"."""
+    return flag[2:].replace("-", "_")
 
 
 def _one_of(names: Iterable[str], default: str) -> str:

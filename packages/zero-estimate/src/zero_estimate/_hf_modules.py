@@ -64,6 +64,17 @@ def _lm_head(path: str, hidden: int, vocab: int, *, tied: bool, bias: bool = Fal
     return ModuleParams(path, weight + own_bias, features=(hidden, vocab))
 
 
+def _self_attention(h: int, q: int, kv: int, output: str, *, bias: bool, output_bias: bool, count: int) -> Modules:
+    """Llama's and Phi's `layers.self_attn`: q, k and v projections from the hidden size `h` (k and v to the
+    key/value heads' width `kv`), then the output projection named `output` back from `q`."""
+    return [
+        _block_linear("layers.self_attn.q_proj", h, q, bias=bias, count=count),
+        _block_linear("layers.self_attn.k_proj", h, kv, bias=bias, count=count),
+        _block_linear("layers.self_attn.v_proj", h, kv, bias=bias, count=count),
+        _block_linear(f"layers.self_attn.{output}", q, h, bias=output_bias, count=count),
+    ]
+
+
 def gpt_neox(c: GPTNeoXConfig, head: bool) -> tuple[Modules, TransformerShape]:
     h, i, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers
     modules = [
@@ -92,10 +103,7 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
     q, kv = c.num_attention_heads * d, c.kv_heads * d
     modules = [
         _embedding("embed_tokens", c.vocab_size, h),
-        _block_linear("layers.self_attn.q_proj", h, q, bias=attention_bias, count=n),
-        _block_linear("layers.self_attn.k_proj", h, kv, bias=attention_bias, count=n),
-        _block_linear("layers.self_attn.v_proj", h, kv, bias=attention_bias, count=n),
-        _block_linear("layers.self_attn.o_proj", q, h, bias=output_bias, count=n),
+        *_self_attention(h, q, kv, "o_proj", bias=attention_bias, output_bias=output_bias, count=n),
         _block_linear("layers.mlp.gate_proj", h, i, bias=mlp_bias, count=n),
         _block_linear("layers.mlp.up_proj", h, i, bias=mlp_bias, count=n),
         _block_linear("layers.mlp.down_proj", i, h, bias=mlp_bias, count=n),

@@ -2,7 +2,16 @@
 is Llama's builder)."""
 from __future__ import annotations
 
-from ._hf_modules import Modules, _block_linear, _dropout_of, _embedding, _linear, _lm_head, _norm
+from ._hf_modules import (
+    Modules,
+    _block_linear,
+    _dropout_of,
+    _embedding,
+    _linear,
+    _lm_head,
+    _norm,
+    _self_attention,
+)
 from ._hf_schema_more import OPTConfig, PhiConfig
 from ._mlp_structure import saved_tensors
 from ._spec import ModuleParams, TransformerShape
@@ -46,10 +55,7 @@ def phi(c: PhiConfig, head: bool) -> tuple[Modules, TransformerShape]:
     kv = c.kv_heads * d
     modules = [
         _embedding("embed_tokens", c.vocab_size, h),
-        _block_linear("layers.self_attn.q_proj", h, h, bias=True, count=n),
-        _block_linear("layers.self_attn.k_proj", h, kv, bias=True, count=n),
-        _block_linear("layers.self_attn.v_proj", h, kv, bias=True, count=n),
-        _block_linear("layers.self_attn.dense", h, h, bias=True, count=n),
+        *_self_attention(h, h, kv, "dense", bias=True, output_bias=True, count=n),
     ]
     if c.qk_layernorm:
         modules += [_norm("layers.self_attn.q_layernorm", d, count=n), _norm("layers.self_attn.k_layernorm", d, count=n)]

@@ -7,7 +7,7 @@ which decide the dropout masks and copies a layer keeps for backward.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
@@ -15,8 +15,40 @@ from . import _checks
 from ._errors import EstimateError
 
 
+# (whole, part) pairs of field names.
+FieldPairs = tuple[tuple[str, str], ...]
+
+
 class HFConfig(BaseModel):
+    """One architecture's fields. What differs between architectures only in a field's name is class data
+    read by the one property or validator below, so each rule is written once."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+    # The fields holding the dropout rate on attention's probabilities and on the hidden states;
+    # None: the architecture drops out no hidden states.
+    attention_dropout_field: ClassVar[str]
+    hidden_dropout_field: ClassVar[str | None]
+    # (whole, part): attention splits `whole` evenly among `part` (the hidden size among the heads, the query
+    # heads among the key/value heads). Checked in this order, so the first that fails is the error.
+    divisible_fields: ClassVar[FieldPairs] = ()
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return float(getattr(self, self.attention_dropout_field))
+
+    @property
+    def hidden_dropout_rate(self) -> float:
+        return 0.0 if self.hidden_dropout_field is None else float(getattr(self, self.hidden_dropout_field))
+
+    @model_validator(mode="after")
+    def _divisible(self) -> HFConfig:
+        for whole, part in self.divisible_fields:
+            part_value = getattr(self, part)
+            # A part left null (num_key_value_heads) means the whole itself, which divides it.
+            if part_value is not None:
+                _checks.multiple_of((whole, getattr(self, whole)), (part, part_value))
+        return self
 
 
 def _bounded(kind: str) -> BeforeValidator:
@@ -52,6 +84,10 @@ Rate = Annotated[float, BeforeValidator(_probability)]
 
 
 class GPTNeoXConfig(HFConfig):
+    attention_dropout_field = "attention_dropout"
+    hidden_dropout_field = "hidden_dropout"
+    divisible_fields = (("hidden_size", "num_attention_heads"),)
+
     vocab_size: Vocab = 50432
     hidden_size: Width = 6144
     num_hidden_layers: Layers = 44
@@ -63,21 +99,13 @@ class GPTNeoXConfig(HFConfig):
     hidden_dropout: Rate = 0.0
     hidden_act: str = "gelu"
 
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attention_dropout
-
-    @property
-    def hidden_dropout_rate(self) -> float:
-        return self.hidden_dropout
-
-    @model_validator(mode="after")
-    def _heads(self) -> GPTNeoXConfig:
-        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
-        return self
-
 
 class MistralConfig(HFConfig):
+    attention_dropout_field = "attention_dropout"
+    hidden_dropout_field = None  # Llama and Mistral drop out nothing but attention's probabilities
+    # Grouped-query attention shares each key/value head among a whole number of query heads.
+    divisible_fields: ClassVar[FieldPairs] = (("num_attention_heads", "num_key_value_heads"),)  # Llama adds one
+
     vocab_size: Vocab = 32000
     hidden_size: Width = 4096
     num_hidden_layers: Layers = 32
@@ -88,14 +116,6 @@ class MistralConfig(HFConfig):
     tie_word_embeddings: bool = False
     attention_dropout: Rate = 0.0
     hidden_act: str = "silu"
-
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attention_dropout
-
-    @property
-    def hidden_dropout_rate(self) -> float:
-        return 0.0  # Llama and Mistral drop out nothing but attention's probabilities
 
     @property
     def kv_heads(self) -> int:
@@ -117,14 +137,10 @@ class MistralConfig(HFConfig):
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
-    @model_validator(mode="after")
-    def _gqa(self) -> MistralConfig:
-        # Grouped-query attention shares each key/value head among a whole number of query heads.
-        _checks.multiple_of(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
-        return self
-
 
 class LlamaConfig(MistralConfig):
+    divisible_fields = MistralConfig.divisible_fields + (("hidden_size", "num_attention_heads"),)
+
     num_key_value_heads: OptionalHeads = None
     intermediate_size: Width = 11008
     attention_bias: bool = False
@@ -142,13 +158,12 @@ class LlamaConfig(MistralConfig):
     def mlp_biases(self) -> bool:
         return self.mlp_bias
 
-    @model_validator(mode="after")
-    def _heads(self) -> LlamaConfig:
-        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
-        return self
-
 
 class GPT2Config(HFConfig):
+    attention_dropout_field = "attn_pdrop"
+    hidden_dropout_field = "resid_pdrop"
+    divisible_fields = (("n_embd", "n_head"),)
+
     vocab_size: Vocab = 50257
     n_positions: Positions = 1024
     n_embd: Width = 768
@@ -161,21 +176,10 @@ class GPT2Config(HFConfig):
     resid_pdrop: Rate = 0.1
     activation_function: str = "gelu_new"
 
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attn_pdrop
-
-    @property
-    def hidden_dropout_rate(self) -> float:
-        return self.resid_pdrop
-
-    @model_validator(mode="after")
-    def _heads(self) -> GPT2Config:
-        _checks.multiple_of(("n_embd", self.n_embd), ("n_head", self.n_head))
-        return self
-
 
 class T5Config(HFConfig):
+    attention_dropout_field = hidden_dropout_field = "dropout_rate"
+
     vocab_size: Vocab = 32128
     d_model: Width = 512
     d_kv: Width = 64
@@ -187,14 +191,6 @@ class T5Config(HFConfig):
     feed_forward_proj: str = "relu"
     tie_word_embeddings: bool = True
     dropout_rate: Rate = 0.1
-
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.dropout_rate
-
-    @property
-    def hidden_dropout_rate(self) -> float:
-        return self.dropout_rate
 
     @property
     def gated(self) -> bool:
@@ -209,6 +205,10 @@ class T5Config(HFConfig):
 
 
 class BertConfig(HFConfig):
+    attention_dropout_field = "attention_probs_dropout_prob"
+    hidden_dropout_field = "hidden_dropout_prob"
+    divisible_fields = (("hidden_size", "num_attention_heads"),)
+
     vocab_size: Vocab = 30522
     hidden_size: Width = 768
     num_hidden_layers: Layers = 12
@@ -222,17 +222,8 @@ class BertConfig(HFConfig):
     attention_probs_dropout_prob: Rate = 0.1
     hidden_dropout_prob: Rate = 0.1
 
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attention_probs_dropout_prob
-
-    @property
-    def hidden_dropout_rate(self) -> float:
-        return self.hidden_dropout_prob
-
     @model_validator(mode="after")
-    def _heads(self) -> BertConfig:
-        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
+    def _cross_attention(self) -> BertConfig:
         if self.add_cross_attention and not self.is_decoder:
             raise ValueError("add_cross_attention needs is_decoder: true, as in transformers")
         return self

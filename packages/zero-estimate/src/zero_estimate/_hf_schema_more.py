@@ -1,10 +1,12 @@
 """The config.json fields of Qwen2, OPT and Phi (transformers' defaults), as _hf_schema.py has them for the others."""
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import ClassVar
 
-from . import _checks
+from pydantic import Field
+
 from ._hf_schema import (
+    FieldPairs,
     HFConfig,
     Heads,
     Layers,
@@ -33,22 +35,18 @@ class Qwen2Config(MistralConfig):
 class _Decoder(HFConfig):
     """What OPT and Phi share: hidden size, heads (dividing it), layers, and dropout on attention's probabilities."""
 
+    attention_dropout_field = "attention_dropout"
+    divisible_fields: ClassVar[FieldPairs] = (("hidden_size", "num_attention_heads"),)  # Phi adds one
+
     hidden_size: Width
     num_hidden_layers: Layers
     num_attention_heads: Heads
     attention_dropout: Rate = 0.0
 
-    @property
-    def attention_dropout_rate(self) -> float:
-        return self.attention_dropout
-
-    @model_validator(mode="after")
-    def _heads(self) -> _Decoder:
-        _checks.multiple_of(("hidden_size", self.hidden_size), ("num_attention_heads", self.num_attention_heads))
-        return self
-
 
 class OPTConfig(_Decoder):
+    hidden_dropout_field = "dropout"
+
     vocab_size: Vocab = 50272
     hidden_size: Width = 768
     num_hidden_layers: Layers = 12
@@ -65,16 +63,15 @@ class OPTConfig(_Decoder):
     dropout: Rate = 0.1
 
     @property
-    def hidden_dropout_rate(self) -> float:
-        return self.dropout
-
-    @property
     def embed_dim(self) -> int:
         return self.word_embed_proj_dim or self.hidden_size
 
 
 class PhiConfig(_Decoder):
     """Parallel attention and MLP behind one LayerNorm; a biased LM head."""
+
+    hidden_dropout_field = "resid_pdrop"
+    divisible_fields = _Decoder.divisible_fields + (("num_attention_heads", "num_key_value_heads"),)
 
     vocab_size: Vocab = 51200
     hidden_size: Width = 2048
@@ -88,14 +85,5 @@ class PhiConfig(_Decoder):
     resid_pdrop: Rate = 0.0
 
     @property
-    def hidden_dropout_rate(self) -> float:
-        return self.resid_pdrop
-
-    @property
     def kv_heads(self) -> int:
         return self.num_key_value_heads or self.num_attention_heads
-
-    @model_validator(mode="after")
-    def _grouped_heads(self) -> PhiConfig:
-        _checks.multiple_of(("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", self.kv_heads))
-        return self

@@ -95,11 +95,12 @@ def estimate_zero3_model_states_mem_needs_all_cold(
 def zero3_table(
     total_params: float,
     largest_layer_params: float,
-    num_gpus_per_node: int = 1,
-    num_nodes: int = 1,
-    additional_buffer_factor: float = 1.5,
+    num_gpus_per_node: int,
+    num_nodes: int,
+    additional_buffer_factor: float,
 ) -> tuple[list[DsRow], str]:
-    """The rows and the text of the ZeRO-3 table, without printing (for `zero estimate --ds-compat`)."""
+    """The rows and the text of the ZeRO-3 table, without printing (for `zero estimate --ds-compat`, which passes
+    every argument: the defaults are DeepSpeed's functions')."""
     rows = []
     # DeepSpeed's row order; offloading params without offloading the optimizer is not a row.
     for cpu_offload, cpu_offload_params in ((True, True), (True, False), (False, False)):

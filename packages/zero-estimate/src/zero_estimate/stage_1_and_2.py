@@ -69,9 +69,10 @@ def estimate_zero2_model_states_mem_needs_all_cold(
 
 
 def zero2_table(
-    total_params: float, num_gpus_per_node: int = 1, num_nodes: int = 1, additional_buffer_factor: float = 1.5
+    total_params: float, num_gpus_per_node: int, num_nodes: int, additional_buffer_factor: float
 ) -> tuple[list[DsRow], str]:
-    """The rows and the text of the ZeRO-2 table, without printing (for `zero estimate --ds-compat`)."""
+    """The rows and the text of the ZeRO-2 table, without printing (for `zero estimate --ds-compat`, which passes
+    every argument: the defaults are DeepSpeed's functions')."""
     rows = []
     for cpu_offload in (True, False):
         cpu, gpu = estimate_zero2_model_states_mem_needs(
