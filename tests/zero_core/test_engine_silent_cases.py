@@ -279,7 +279,8 @@ def test_a_mix_of_parameters_and_groups_names_what_to_pass() -> None:
 # --- 7. offload_param's swap buffers ---
 
 def test_a_parameter_swap_pool_without_buffers_names_offload_param() -> None:
-    settings = SwapSettings(0, 16, False, False, "zero_optimization.offload_param", torch.bfloat16)
+    settings = SwapSettings(buffer_count=0, buffer_numel=16, block_path="zero_optimization.offload_param",
+                            dtype=torch.bfloat16)
     with pytest.raises(ConfigError) as info:
         SwapPool(None, settings)  # type: ignore[arg-type]  # refused before the swap space is used
     assert str(info.value) == ("zero_optimization.offload_param.buffer_count: is 0, but the parameter partitions are "

@@ -36,7 +36,7 @@ class CpuOffloadDevice(OffloadDevice):
         if self.settings.pin_memory and _backend_pins():
             check_pinned_memory(plan, self.settings)
 
-    def allocate(self, numel: int, dtype: torch.dtype, category: Category, pin: bool) -> torch.Tensor:
+    def allocate(self, numel: int, dtype: torch.dtype, category: Category, *, pin: bool) -> torch.Tensor:
         tensor = torch.empty(numel, dtype=dtype)
         pin = pin and self.settings.pin_memory
         if pin:
@@ -45,7 +45,7 @@ class CpuOffloadDevice(OffloadDevice):
         pinned = pin and zero_pin.is_pinned(tensor)
         return self.settings.ledger.register(tensor, category, Placement.HOST, pinned)
 
-    def to_host(self, host: torch.Tensor, source: torch.Tensor, accumulate: bool) -> None:
+    def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> None:
         if accumulate and (self._stream is None or source.device.type == "cpu"):
             host.add_(source)
         elif self._stream is None or source.device.type == "cpu":

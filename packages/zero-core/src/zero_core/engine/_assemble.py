@@ -19,7 +19,6 @@ from ..memory import MemoryLedger
 from ..sharding import (
     COMPUTE_DTYPES,
     BuildContext,
-    StateHomes,
     GradReducer,
     OptimizerFactory,
     ParamGroup,
@@ -28,6 +27,7 @@ from ..sharding import (
     ZeroOptimizer,
     build_dataloader,
     build_flat_state,
+    build_homes,
     build_loss_scaler,
     build_optimizer,
     name_parameters,
@@ -72,16 +72,13 @@ def assemble_engine(
     check_ranks_agree(model, config)  # before the first collective that a difference would hang
     check_no_float64(model)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
-    homes = StateHomes(device, ledger, offload.optimizer, offload.parameters, offload.swap, offload.param_swap)
+    homes = build_homes(device, ledger, dtype, offload, sub_group_numel=config.zero_optimization.sub_group_size)
     order = {id(p): index for index, p in enumerate(model.parameters())}
     context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)
-    if homes.optimizer_offloaded:
-        for group in state.groups:
-            group.master.split_into_sub_groups(config.zero_optimization.sub_group_size)
     inner = build_optimizer(config.optimizer, optimizer,
                             [{"params": g.master.optimizer_params, **g.options} for g in state.groups],
-                            offload.optimizer.optimizer_class if offload.optimizer is not None else None)
+                            offload.optimizer.device.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
                                    policy, ledger=ledger, homes=homes)
     reducer = GradReducer(state.buckets, comm, policy.grad_reduction, bool(config.zero_optimization.overlap_comm),

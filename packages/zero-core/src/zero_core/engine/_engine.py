@@ -12,7 +12,7 @@ from zero_plugins import ZeroError
 from ..accelerator import get_accelerator, pinned_stats
 from ..comm import Collectives
 from ..memory import LeverSetup, MemoryLedger, MemoryReport
-from ..sharding import GradReducer, StagePolicy, StateHomes, TrainingPasses, ZeroOptimizer
+from ..sharding import GradReducer, Homes, StagePolicy, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
 from ._deepspeed_calls import DeepSpeedCalls
@@ -41,7 +41,7 @@ class EngineParts:
     ledger: MemoryLedger
     device: torch.device
     dtype: torch.dtype
-    homes: StateHomes  # where offloaded copies live; closed by destroy()
+    homes: Homes  # every copy's home; its offload devices are closed by destroy()
     training_dataloader: torch.utils.data.DataLoader[Any] | None = None
 
 
@@ -191,7 +191,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         """Drop accumulated gradients (the step already does this after each update); a backward may follow."""
         self._order.backward_pending = False
         self._losses.reset()
-        self.optimizer.zero_grad(set_to_none)
+        self.optimizer.zero_grad(set_to_none=set_to_none)
 
     # --- figures, under DeepSpeed's names ---
     def was_step_applied(self) -> bool:

@@ -21,7 +21,7 @@ import torch
 from zero_plugins import ZeroError
 
 from ..memory import MemoryLedger, Placement
-from ..sharding import MasterParams, ZeroOptimizer
+from ..sharding import ZeroOptimizer
 from ..stage3 import unit_of
 
 
@@ -54,8 +54,7 @@ def engine_states(module: torch.nn.Module, optimizer: ZeroOptimizer) -> dict[Off
         weights.append(param if unit is None else unit.shard)
     optimizer_state = [value for state in optimizer.state.values() for value in state.values()
                        if isinstance(value, torch.Tensor)]
-    masters = [tensor for group in optimizer.groups if isinstance(group.master, MasterParams)
-               for tensor in group.master.tensors]
+    masters = [tensor for group in optimizer.groups for tensor in group.master.in_memory()]
     return {
         OffloadStateType.OPTIM_STATES: optimizer_state,
         OffloadStateType.HP_PARAMS: masters,

@@ -2,9 +2,11 @@
 
 zero-offload registers the `cpu` and `nvme` devices; docs/offload.md describes them.
 """
-from ._device import OffloadDevice, OffloadPlan, OffloadSettings
+from ._device import OffloadDevice, OffloadDevices, OffloadSettings, OpenedDevice
 from ._select import offload_device_registry, open_offload_device
-from ._swap import SwapSlot, SwapSpace, SwapTransfer
+from ._sizing import OffloadPlan, OptimizerCopies, ParameterCopies, optimizer_state_tensors
+from ._swap import SwapSettings, SwapSlot, SwapSpace, SwapTransfer
 
-__all__ = ["OffloadDevice", "OffloadPlan", "OffloadSettings", "SwapSlot", "SwapSpace", "SwapTransfer",
-           "offload_device_registry", "open_offload_device"]
+__all__ = ["OffloadDevice", "OffloadDevices", "OffloadPlan", "OffloadSettings", "OpenedDevice", "OptimizerCopies",
+           "ParameterCopies", "SwapSettings", "SwapSlot", "SwapSpace", "SwapTransfer", "offload_device_registry",
+           "open_offload_device", "optimizer_state_tensors"]

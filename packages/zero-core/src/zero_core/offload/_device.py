@@ -14,7 +14,8 @@ import torch
 from zero_plugins import Category
 
 from ..memory import MemoryLedger, Placement
-from ._swap import SwapSpace
+from ._sizing import OffloadPlan, OptimizerCopies, ParameterCopies
+from ._swap import SwapSettings, SwapSpace
 
 if TYPE_CHECKING:
     from ..accelerator import Accelerator
@@ -37,15 +38,6 @@ class OffloadSettings:
     @property
     def pin_memory(self) -> bool:
         return bool(self.block.pin_memory)
-
-
-@dataclass(frozen=True)
-class OffloadPlan:
-    """The memory an offload device will hold for this rank, computed before anything is allocated."""
-
-    host_bytes: int  # every offloaded copy in host memory, pinned or not
-    pinned_bytes: int  # the part of host_bytes that is pinned
-    disk_bytes: int = 0  # copies in swap space (NVMe files)
 
 
 class OffloadDevice(ABC):
@@ -73,18 +65,22 @@ class OffloadDevice(ABC):
     def available(cls) -> tuple[bool, str]:
         """Whether the device can be used here, and why (or why not). Must not raise."""
 
+    def plan(self, copies: OptimizerCopies | ParameterCopies) -> OffloadPlan:
+        """This rank's bytes for `copies`; a device with swap space sizes them `swapped` instead."""
+        return copies.in_memory(pin=self.settings.pin_memory)
+
     @abstractmethod
     def check_capacity(self, plan: OffloadPlan) -> None:
         """Raise one clear error, before anything is allocated, if the plan cannot fit (memlock, host memory, disk)."""
 
     @abstractmethod
-    def allocate(self, numel: int, dtype: torch.dtype, category: Category, pin: bool) -> torch.Tensor:
+    def allocate(self, numel: int, dtype: torch.dtype, category: Category, *, pin: bool) -> torch.Tensor:
         """A zeroed 1-D tensor of host memory for an offloaded copy, registered in the ledger under
         `category` at this device's placement. `pin`: the copy is an end of device transfers, so it is
         pinned when the block's `pin_memory` allows (copies only the CPU step touches never are)."""
 
     @abstractmethod
-    def to_host(self, host: torch.Tensor, source: torch.Tensor, accumulate: bool) -> None:
+    def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> None:
         """`host` = (or += with `accumulate`) `source`, a tensor on the accelerator, cast to host's dtype."""
 
     @abstractmethod
@@ -99,3 +95,17 @@ class OffloadDevice(ABC):
     def optimizer_class(self, name: str) -> type[torch.optim.Optimizer] | None:
         """The CPU optimizer for the config's optimizer `name` (lower case: "adam", "adamw", "adagrad",
         "lion") when its state lives here, as DeepSpeed picks DeepSpeedCPUAdam; None keeps torch's."""
+
+
+@dataclass(frozen=True)
+class OpenedDevice:
+    """An offload device the ds_config opened, and how copies in its swap space (if it has one) are buffered."""
+
+    device: OffloadDevice
+    swap: SwapSettings
+
+
+@dataclass(frozen=True)
+class OffloadDevices:
+    optimizer: OpenedDevice | None = None  # holds master, fp32 gradients and optimizer state
+    parameters: OpenedDevice | None = None  # holds stage 3's 16-bit partitions

@@ -22,24 +22,28 @@ from ._grads import GradBuckets
 from ._groups import ShardedGroup, in_gradient_order, layout_buckets
 from ._layout import FlatLayout, ShardPiece, Slot, split_into_buckets
 from ._loss_scaler import DynamicLossScaler, LossScaler, build_loss_scaler
-from ._master import MasterParams, copy_owned
+from ._home import DeviceHome, Home, HostHome
+from ._master import Master, MasterParams, copy_owned, owned_range
+from ._master_homes import MasterCopy, MasterHome
 from ._names import name_parameters, param_name
 from ._optimizer import ZeroOptimizer
 from ._packed_bucket import PackedBucket, pack_buckets
 from ._param_groups import ParamGroup, frozen_params, resolve_param_groups
-from ._homes import StateHomes
+from ._homes import Homes, build_homes
 from ._policy import STAGE_POLICIES, GradReduction, Residence, StagePolicy, policy_for
 from ._reducer import GradReducer
 from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
 from ._storage import FlatStorage
-from ._swap_pool import SwappedTensor, SwapPool, SwapSettings
+from ._swap_pool import SwappedTensor, SwapPool
+from ..offload import SwapSettings
 from ._swapped_master import SwappedMaster
 
 __all__ = [
     "COMPUTE_DTYPES",
     "STAGE_POLICIES",
     "BuildContext",
+    "DeviceHome",
     "DynamicLossScaler",
     "FlatLayout",
     "FlatParams",
@@ -47,8 +51,14 @@ __all__ = [
     "GradBuckets",
     "GradReducer",
     "GradReduction",
+    "Home",
+    "Homes",
+    "HostHome",
     "LayoutBucket",
     "LossScaler",
+    "Master",
+    "MasterCopy",
+    "MasterHome",
     "MasterParams",
     "OptimizerFactory",
     "PackedBucket",
@@ -58,7 +68,6 @@ __all__ = [
     "ShardPiece",
     "ShardedGroup",
     "ShardedState",
-    "StateHomes",
     "SwapPool",
     "SwapSettings",
     "SwappedMaster",
@@ -76,6 +85,7 @@ __all__ = [
     "build_dataloader",
     "copy_owned",
     "build_flat_state",
+    "build_homes",
     "build_loss_scaler",
     "build_optimizer",
     "build_scheduler",
@@ -83,6 +93,7 @@ __all__ = [
     "in_gradient_order",
     "layout_buckets",
     "name_parameters",
+    "owned_range",
     "pack_buckets",
     "param_name",
     "place_buffers",

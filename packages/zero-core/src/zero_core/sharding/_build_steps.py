@@ -14,7 +14,7 @@ from zero_plugins import Category
 
 from ..comm import Collectives
 from ..memory import MemoryLedger
-from ._homes import StateHomes
+from ._homes import Homes
 from ._policy import StagePolicy
 from ._schedulers import build_scheduler
 
@@ -36,7 +36,7 @@ class BuildContext:
     device: torch.device
     dtype: torch.dtype
     order: dict[int, int]  # id(param) -> its position in model.parameters(); gradients arrive roughly in reverse
-    homes: StateHomes  # allocates each copy where the policy places it
+    homes: Homes  # each copy's home, where the policy places it
 
     @property
     def rank(self) -> int:

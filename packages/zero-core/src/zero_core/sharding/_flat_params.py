@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 from zero_plugins import Category
 
-from ..memory import MemoryLedger
+from ._home import DeviceHome, Home
 from ._layout import FlatLayout
 
 
@@ -22,18 +22,18 @@ class FlatParams:
         self,
         layouts: Sequence[FlatLayout],
         dtype: torch.dtype,
-        device: torch.device,
-        ledger: MemoryLedger,
+        home: DeviceHome,
         category: Category = Category.PARAM_PERSISTENT,
     ) -> None:
         self.layouts = list(layouts)
+        self._home = home
         self.starts: list[int] = []
         total = 0
         for layout in self.layouts:
             self.starts.append(total)
             total += layout.padded_numel
         # Zeros, so padding never carries garbage into norms or reductions.
-        self.buffer = ledger.new(category, lambda: torch.zeros(total, dtype=dtype, device=device))
+        self.buffer = home.allocate(total, dtype, category)
         for layout, start in zip(self.layouts, self.starts):
             for slot in layout.slots:
                 view = self.buffer[start + slot.offset : start + slot.offset + slot.numel].view(slot.shape)
@@ -50,8 +50,8 @@ class FlatParams:
         start = self.starts[index]
         return self.buffer[start + lo : start + hi]
 
-    def is_offloaded(self, index: int) -> bool:
-        return False
+    def home(self, index: int) -> Home:
+        return self._home
 
     def commit(self, index: int) -> None:
         """Nothing to save: the flat buffers are memory."""

@@ -11,10 +11,11 @@ after the step (`release`, DeepSpeed's and torch's `zero_grad(set_to_none=True)`
 gradient memory is held during forward, when activations peak. `owned(i)` is the part of
 bucket i that this rank's optimizer step reads.
 
-With the optimizer offloaded, partitions are fp32 at the offload device, where the step
-reads them (`lands_at_optimizer`): reduced gradients are added there during backward, and
-the buffers persist and are zeroed after the step, since pinned host memory is costly to
-allocate again every step.
+Partitions live at the gradients' home (_homes.py): with the optimizer offloaded that is fp32
+host memory at its device, where the step reads them: reduced gradients are added there
+during backward, and the buffers persist and are zeroed after the step, since pinned host
+memory is costly to allocate again every step. `for_step` hands the step the fp32 gradients
+at that home: these tensors themselves when they are fp32 there, else copies.
 """
 from __future__ import annotations
 
@@ -24,29 +25,28 @@ from typing import cast
 import torch
 from zero_plugins import Category
 
-from ._homes import StateHomes
+from ._home import Home
+from ._homes import Homes
 from ._layout import FlatLayout
 from ._master import owned_range
 from ._policy import StagePolicy
 
 
 class GradBuckets:
-    def __init__(
-        self,
-        layouts: Sequence[FlatLayout],
-        rank: int,
-        policy: StagePolicy,
-        dtype: torch.dtype,
-        homes: StateHomes,
-    ) -> None:
+    def __init__(self, layouts: Sequence[FlatLayout], rank: int, policy: StagePolicy, dtype: torch.dtype,
+                 homes: Homes) -> None:
         self.partitioned = policy.shards_gradients
-        self.lands_at_optimizer = self.partitioned and homes.optimizer_offloaded
         self._layouts = list(layouts)
         self._rank = rank
         self._sharded_steps = policy.shards_optimizer_state
-        self.dtype = dtype
+        # Whole gradients (stages 0-1) live on the device, in the compute dtype, where autograd makes them.
+        self._home: Home = homes.gradients if self.partitioned else homes.on_device
+        self._stored_dtype = homes.gradient_dtype if self.partitioned else dtype
+        self._step_home = homes.gradients
+        self._read_in_place = self._home is self._step_home and self._stored_dtype == torch.float32
+        self.dtype = dtype  # of the reduce buffers, on the device
         self.device = homes.device
-        self._homes = homes
+        self._step_copies: list[torch.Tensor] = []  # fp32 copies the step reads, where the home keeps buffers
         self._tensors: list[torch.Tensor | None] = [None] * len(self._layouts)
         self._views: list[list[torch.Tensor]] = [[] for _ in self._layouts]
 
@@ -56,23 +56,21 @@ class GradBuckets:
         if tensor is None:
             layout = self._layouts[index]
             if self.partitioned:
-                tensor = self._homes.grad_partition(layout.shard_numel, self.dtype)
+                tensor = self._home.allocate(layout.shard_numel, self._stored_dtype, Category.GRAD_PARTITION)
             else:
-                numel = layout.padded_numel
-                tensor = self._homes.ledger.new(
-                    Category.GRAD_FULL, lambda: torch.zeros(numel, dtype=self.dtype, device=self.device))
+                tensor = self._home.allocate(layout.padded_numel, self._stored_dtype, Category.GRAD_FULL)
                 self._views[index] = [tensor[s.offset : s.offset + s.numel].view(s.shape) for s in layout.slots]
             self._tensors[index] = tensor
         return tensor
 
     def accumulate(self, index: int, reduced: torch.Tensor) -> None:
         """Add this rank's reduced slice of bucket `index`'s gradient (on the device) to its partition."""
-        self._homes.grads_to_optimizer(self.get(index), reduced, accumulate=True)
+        self._home.copy_in(self.get(index), reduced, accumulate=True)
 
     def owned(self, index: int) -> torch.Tensor:
         if self.partitioned:
             return self.get(index)
-        lo, hi = owned_range(self._layouts[index], self._rank, self._sharded_steps)
+        lo, hi = owned_range(self._layouts[index], self._rank, sharded=self._sharded_steps)
         return self.get(index)[lo:hi]
 
     def take(self, index: int, slot_index: int, param: torch.nn.Parameter) -> None:
@@ -91,10 +89,29 @@ class GradBuckets:
                     if slot.param.grad is not view:
                         slot.param.grad = view
 
+    def for_step(self, inv_scale: float) -> list[torch.Tensor]:
+        """The fp32 gradient of each bucket's owned part at the step's home, multiplied by `inv_scale`.
+
+        When these tensors are not what the step reads, its fp32 copies are made (kept where the home keeps
+        buffers, `optim.grad`) and these are freed before the step runs.
+        """
+        grads = [self.owned(index) for index in range(len(self))]
+        if not self._read_in_place:
+            copies = self._step_copies or [self._step_home.allocate(grad.numel(), torch.float32, Category.OPTIM_GRAD)
+                                           for grad in grads]
+            for copy, grad in zip(copies, grads):
+                self._step_home.copy_in(copy, grad)
+            self._step_home.synchronize()
+            if self._step_home.keeps_buffers:
+                self._step_copies = copies
+            self.release()
+            grads = copies
+        return [grad.mul_(inv_scale) if inv_scale != 1.0 else grad for grad in grads]
+
     def release(self) -> None:
-        """Free every bucket (and drop `param.grad`), as `zero_grad(set_to_none=True)` does; offloaded
-        partitions are zeroed instead."""
-        if self.lands_at_optimizer:
+        """Free every bucket (and drop `param.grad`), as `zero_grad(set_to_none=True)` does; buckets at a home
+        that keeps its buffers are zeroed instead."""
+        if self._home.keeps_buffers:
             self.zero()
             return
         for index, layout in enumerate(self._layouts):

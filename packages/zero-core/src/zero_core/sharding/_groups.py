@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -11,7 +12,7 @@ from ._build_steps import BuildContext
 from ._flat_params import FlatParams
 from ._grads import GradBuckets
 from ._layout import FlatLayout, split_into_buckets
-from ._master import MasterParams
+from ._master import MasterParams, copy_owned, owned_range
 from ._param_groups import ParamGroup
 from ._storage import FlatStorage
 from ._swapped_master import SwappedMaster
@@ -21,7 +22,7 @@ from ._swapped_master import SwappedMaster
 class ShardedGroup:
     layouts: list[FlatLayout]
     flat: FlatStorage
-    master: MasterParams | SwappedMaster
+    master: MasterParams | SwappedMaster  # each a Master; checkpoints read each kind's own layout
     grads: GradBuckets
     options: dict[str, Any]
 
@@ -33,14 +34,13 @@ def build_group(group: ParamGroup, group_index: int, context: BuildContext) -> S
     # A stage that steps whole buckets never cuts them into shards, so it needs no padding: a layout of one "rank".
     parts = context.world_size if sharded else 1
     layouts = [FlatLayout(bucket, parts) for bucket in split_into_buckets(params, context.bucket_numel)]
-    master: MasterParams | SwappedMaster | None = None
-    if context.homes.master_swapped:
-        master = SwappedMaster.copy_of(f"group{group_index}", layouts, context.rank, context.homes)
-    elif context.homes.master_is_copy(context.dtype):
-        master = MasterParams.copy_of(layouts, context.rank, sharded, context.homes)
-    flat = FlatParams(layouts, context.dtype, context.device, context.ledger)
-    if master is None:
-        master = MasterParams.view_of(flat, context.rank, sharded)
+    ranges = [owned_range(layout, context.rank, sharded=sharded) for layout in layouts]
+    # The master's copies are read from the parameters before they are flattened (and cast).
+    copies = [context.homes.masters.copy(f"group{group_index}.bucket{index}", hi - lo,
+                                         partial(copy_owned, layout=layout, lo=lo, hi=hi))
+              for index, (layout, (lo, hi)) in enumerate(zip(layouts, ranges))]
+    flat = FlatParams(layouts, context.dtype, context.homes.on_device)
+    master = context.homes.masters.assemble(copies, ranges, flat)
     grads = GradBuckets(layouts, context.rank, context.policy, context.dtype, context.homes)
     return ShardedGroup(layouts, flat, master, grads, dict(group.options))
 

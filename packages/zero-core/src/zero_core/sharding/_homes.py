@@ -1,136 +1,81 @@
-"""Where each copy of the training state is allocated, and how data moves to and from offloaded copies.
+"""Every copy's home, chosen once from the stage policy and the offload devices the ds_config opened.
 
-The stage policy places each copy (parameters, gradients, master, optimizer state) on the
-device or at an offload device (zero_core.offload). `StateHomes` allocates every copy the
-builders make where the policy puts it, and routes copies between the device and an
-offloaded copy through the offload device, which overlaps them with compute where the
-accelerator can. On the CPU accelerator the same calls run, and the copies are plain.
+| copy | on the device | offloaded |
+|---|---|---|
+| stage 3's 16-bit partitions | `DeviceHome` | `HostHome` at `offload_param`'s device (pinned), past `max_in_cpu` in its swap space |
+| gradients as the step reads them | `DeviceHome`, compute dtype | `HostHome` at `offload_optimizer`'s device (pinned), fp32 |
+| fp32 master and optimizer state | `ViewMasters` / `DeviceMasters` | `HostMasters`, or `SwappedMasters` in its swap space |
+
+The builders, the gradient buckets, the master and the optimizer ask these homes; nothing
+else decides where a copy lives. On the CPU accelerator the same homes run with plain copies.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
-from zero_plugins import Category
 
 from ..memory import MemoryLedger
-from ..offload import OffloadDevice
-from ._swap_pool import SwapPool, SwappedTensor, SwapSettings
+from ..offload import OffloadDevice, OffloadDevices, SwapSpace
+from ._home import DeviceHome, Home, HostHome
+from ._master_homes import DeviceMasters, HostMasters, MasterHome, SwappedMasters, ViewMasters
+from ._swap_pool import SwapPool
+from ..offload import SwapSettings
 
 
-class StateHomes:
-    def __init__(self, device: torch.device, ledger: MemoryLedger, optimizer: OffloadDevice | None,
-                 parameters: OffloadDevice | None, swap: SwapSettings | None = None,
-                 param_swap: SwapSettings | None = None) -> None:
-        """`optimizer`: where master, fp32 gradients and optimizer state live, if offloaded;
-        `parameters`: where stage 3's 16-bit partitions live, if offloaded; `swap`: how the step swaps
-        the master and optimizer state, when the optimizer's device keeps them in swap space;
-        `param_swap`: the buffers for stage 3's partitions, when the parameters' device has swap space."""
-        self.device = device
-        self.ledger = ledger
-        self.optimizer = optimizer
-        self.parameters = parameters
-        space = optimizer.swap_space if optimizer is not None else None
-        self.swap_pool: SwapPool | None = None
-        if space is not None:
-            if swap is None:
-                raise ValueError("an optimizer offload device with swap space needs SwapSettings")
-            self.swap_pool = SwapPool(space, swap)
-        self._param_swap = param_swap if parameters is not None and parameters.swap_space is not None else None
-        self._param_pool: SwapPool | None = None
+@dataclass
+class Homes:
+    device: torch.device
+    on_device: DeviceHome  # what always lives on the device: gathered parameters, whole gradients, flat buckets
+    parameters: Home  # stage 3's 16-bit partitions between uses (in memory; see `partition_swap`)
+    gradients: Home  # gradients as the step reads them (stages 2-3: the reduced partitions themselves)
+    gradient_dtype: torch.dtype  # of gradients at `gradients`: fp32 at an offload device, where the CPU step reads them
+    masters: MasterHome  # the fp32 master and the optimizer state
+    offload_devices: list[OffloadDevice] = field(default_factory=list)
+    partition_space: SwapSpace | None = None  # where partitions past `max_in_cpu` go, with `offload_param: nvme`
+    partition_swap: SwapSettings | None = None  # and the buffers they are read into
+    _partition_pool: SwapPool | None = None
 
-    @property
-    def parameters_swappable(self) -> bool:
-        """Whether stage 3's partitions can live in swap space (offload_param at an NVME device)."""
-        return self._param_swap is not None
-
-    def param_pool(self) -> SwapPool:
+    def partition_pool(self) -> SwapPool:
         """The buffers partitions in swap space are read into, allocated when the first partition goes there."""
-        if self._param_pool is None:
-            if self._param_swap is None or self.parameters is None or self.parameters.swap_space is None:
-                raise RuntimeError("the parameters' offload device has no swap space")
-            self._param_pool = SwapPool(self.parameters.swap_space, self._param_swap)
-        return self._param_pool
-
-    @property
-    def master_swapped(self) -> bool:
-        """Whether the fp32 master and the optimizer state live in swap space (NVMe), not in memory."""
-        return self.swap_pool is not None
-
-    def swap_pool_or_fail(self) -> SwapPool:
-        if self.swap_pool is None:
-            raise RuntimeError("the master is not swapped: no swap pool")
-        return self.swap_pool
-
-    def swapped_master(self, name: str, values: torch.Tensor) -> SwappedTensor:
-        """An fp32 master tensor in swap space named `name`, holding `values` (a transient host tensor)."""
-        pool = self.swap_pool_or_fail()
-        swapped = SwappedTensor(name, values.numel(), pool.settings.buffer_numel, pool, Category.OPTIM_MASTER)
-        return swapped.copy_(values)
-
-    # --- allocation ---
-    def master(self, numel: int) -> torch.Tensor:
-        """A zeroed fp32 master tensor (`optim.master`)."""
-        return self._allocate(self.optimizer, numel, torch.float32, Category.OPTIM_MASTER, pin=False)
-
-    def step_grads(self, numel: int) -> torch.Tensor:
-        """A persistent fp32 gradient buffer at the offload device, that whole gradients are copied
-        into for the step (`optim.grad`); only when the optimizer is offloaded."""
-        assert self.optimizer is not None
-        return self.optimizer.allocate(numel, torch.float32, Category.OPTIM_GRAD, pin=True)
-
-    def grad_partition(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        """A zeroed gradient partition (`grad.partition`): fp32 at the offload device when the optimizer
-        is offloaded, so reduced gradients land where the step reads them; else in `dtype` on the device."""
-        if self.optimizer is not None:
-            return self.optimizer.allocate(numel, torch.float32, Category.GRAD_PARTITION, pin=True)
-        return self._allocate(None, numel, dtype, Category.GRAD_PARTITION, pin=False)
-
-    def _allocate(self, offload: OffloadDevice | None, numel: int, dtype: torch.dtype, category: Category,
-                  pin: bool) -> torch.Tensor:
-        if offload is not None:
-            return offload.allocate(numel, dtype, category, pin)
-        return self.ledger.new(category, lambda: torch.zeros(numel, dtype=dtype, device=self.device))
-
-    def master_is_copy(self, dtype: torch.dtype) -> bool:
-        """Whether the fp32 master must be a copy: 16-bit compute, or the master and the parameters
-        it updates live apart (one of them offloaded). Else it is a view of the fp32 parameters."""
-        return dtype != torch.float32 or self.optimizer is not None or self.parameters is not None
-
-    # --- movement ---
-    @property
-    def optimizer_offloaded(self) -> bool:
-        return self.optimizer is not None
-
-    @property
-    def parameters_offloaded(self) -> bool:
-        return self.parameters is not None
-
-    def grads_to_optimizer(self, target: torch.Tensor, source: torch.Tensor, accumulate: bool) -> None:
-        """Gradients from the device into a gradient copy of the optimizer's (offloaded or not)."""
-        if self.optimizer is not None:
-            self.optimizer.to_host(target, source, accumulate)
-        elif accumulate:
-            target.add_(source)
-        else:
-            target.copy_(source)
-
-    def master_to_params(self, target: torch.Tensor, master: torch.Tensor, target_offloaded: bool) -> None:
-        """Updated master values into compute-dtype parameters (`target_offloaded`: a host partition)."""
-        if self.optimizer is not None and not target_offloaded:
-            self.optimizer.to_device(target, master)
-        elif self.optimizer is None and target_offloaded:
-            assert self.parameters is not None
-            self.parameters.to_host(target, master, accumulate=False)
-        else:
-            target.copy_(master)
-
-    def close(self) -> None:
-        """Release what the offload devices hold besides tensors (swap files, I/O workers)."""
-        for offload in (self.optimizer, self.parameters):
-            if offload is not None:
-                offload.close()
+        if self.partition_space is None or self.partition_swap is None:
+            raise RuntimeError("the parameters' offload device has no swap space")
+        if self._partition_pool is None:
+            self._partition_pool = SwapPool(self.partition_space, self.partition_swap)
+        return self._partition_pool
 
     def synchronize(self) -> None:
         """Wait for every copy to and from the offload devices."""
-        for offload in (self.optimizer, self.parameters):
-            if offload is not None:
-                offload.synchronize()
+        for device in self.offload_devices:
+            device.synchronize()
+
+    def close(self) -> None:
+        """Release what the offload devices hold besides tensors (swap files, I/O workers)."""
+        for device in self.offload_devices:
+            device.close()
+
+
+def build_homes(device: torch.device, ledger: MemoryLedger, dtype: torch.dtype, offload: OffloadDevices, *,
+                sub_group_numel: int) -> Homes:
+    """Each copy's home: on the device unless `offload` opened a device for it (an optimizer in swap space
+    steps through a pool of `offload.optimizer.swap` buffers)."""
+    on_device = DeviceHome(device, ledger)
+    gradients: Home = on_device
+    masters: MasterHome = ViewMasters(on_device)
+    if dtype != torch.float32 or offload.parameters is not None:
+        masters = DeviceMasters(on_device)  # the master and the parameters it updates live apart
+    if offload.optimizer is not None:
+        optimizer = offload.optimizer.device
+        gradients = HostHome(optimizer, transfers=True)
+        host = HostHome(optimizer, transfers=False)
+        masters = HostMasters(host, sub_group_numel)
+        if optimizer.swap_space is not None:
+            masters = SwappedMasters(host, SwapPool(optimizer.swap_space, offload.optimizer.swap), ledger)
+    partitions: Home = on_device
+    space = swap = None
+    if offload.parameters is not None:
+        partitions = HostHome(offload.parameters.device, transfers=True)
+        space, swap = offload.parameters.device.swap_space, offload.parameters.swap
+    devices = [opened.device for opened in (offload.optimizer, offload.parameters) if opened is not None]
+    return Homes(device, on_device, partitions, gradients, torch.float32 if offload.optimizer is not None else dtype,
+                 masters, devices, space, swap if space is not None else None)

@@ -6,7 +6,8 @@ a non-finite norm (an fp16 overflow, or inf/NaN at any precision) skips the step
 multiply while making the fp32 gradients; the torch optimizer's step on the master; the
 master copied back into the compute-dtype params; when sharded, every replicated bucket
 all-gathered so all ranks hold those parameters whole again (stage 3's partitioned units
-are gathered only when a module needs them).
+are gathered only when a module needs them). Where the gradients, the master and the state
+live is their homes' business (_homes.py), so every placement takes this one path.
 """
 from __future__ import annotations
 
@@ -16,12 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from zero_plugins import Category
 
 from ..comm import Collectives
-from ..memory import MemoryLedger, Placement
+from ..memory import MemoryLedger
 from ._groups import ShardedGroup
-from ._homes import StateHomes
+from ._homes import Homes
 from ._loss_scaler import LossScaler
 from ._policy import StagePolicy
 
@@ -38,7 +38,7 @@ class ZeroOptimizer:
         gradient_clipping: float,
         policy: StagePolicy,
         ledger: MemoryLedger,
-        homes: StateHomes,
+        homes: Homes,
     ) -> None:
         self.optimizer = optimizer
         self.groups = groups
@@ -68,7 +68,7 @@ class ZeroOptimizer:
     def cur_scale(self) -> float:
         return self.loss_scaler.scale
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self, *, set_to_none: bool = True) -> None:
         """Free the gradient buckets (or zero them in place with `set_to_none=False`)."""
         for group in self.groups:
             if set_to_none:
@@ -112,35 +112,18 @@ class ZeroOptimizer:
             if clip > 1:
                 combined *= clip
         for group in self.groups:
-            owned = [group.grads.owned(index) for index in range(len(group.grads))]
-            in_place = group.grads.lands_at_optimizer
-            group.master.load_grads(owned, 1.0 / combined, self._ledger, self._homes, in_place)
-            if not in_place:
-                group.grads.release()  # the master holds its own fp32 copy now: free the 16-bit one before the step
-        if self._homes.optimizer_offloaded:
-            for index, group in enumerate(self.groups):
-                group.master.step_offloaded(self.optimizer, index, group.flat, self._homes)
-        else:
-            self.optimizer.step()
+            group.master.load_grads(group.grads.for_step(1.0 / combined))
+        self._homes.masters.step(self.optimizer, [group.master for group in self.groups])
         for group in self.groups:
             group.master.clear_grads()
-            if group.grads.lands_at_optimizer:
-                group.grads.release()  # zeroed for the next accumulation
-            group.master.write_back(group.flat, self._homes)
+            group.grads.release()  # zeroed for the next accumulation, or freed
+            group.master.write_back()
         self._homes.synchronize()
         if self._sharded:
             self._all_gather_params()
         self.loss_scaler.update(False)
-        if not self._homes.master_swapped:  # swapped state is counted in its slots (SwappedMaster)
-            self._register_state()
+        self._homes.masters.count_state(self.optimizer, self._ledger)
         return True
-
-    def _register_state(self) -> None:
-        placement = self._homes.optimizer.placement if self._homes.optimizer is not None else Placement.DEVICE
-        for state in self.optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    self._ledger.register(value, Category.OPTIM_STATE, placement, pinned=False)
 
     def get_global_grad_norm(self) -> float | None:
         """The unscaled global gradient norm of the last step, before clipping (None before any step)."""

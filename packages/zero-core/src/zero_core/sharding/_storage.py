@@ -5,6 +5,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ._home import Home
 from ._layout import FlatLayout
 
 
@@ -23,8 +24,8 @@ class FlatStorage(Protocol):
         storage that is not memory (a partition in swap space) saves them now."""
         ...
 
-    def is_offloaded(self, index: int) -> bool:
-        """Whether layout `index`'s owned elements live at an offload device (stage 3's offloaded partitions)."""
+    def home(self, index: int) -> Home:
+        """Where layout `index`'s owned elements live (stage 3's partitions may be offloaded)."""
         ...
 
     def replicated(self) -> list[int]:

@@ -9,25 +9,12 @@ handed to O_DIRECT I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from zero_plugins import Category
 
 from zero_plugins.ds_config import ConfigError
-from ..offload import SwapSlot, SwapSpace, SwapTransfer
-
-
-@dataclass(frozen=True)
-class SwapSettings:
-    """How the step swaps: from the ds_config's `offload_optimizer` block."""
-
-    buffer_count: int
-    buffer_numel: int  # elements of one buffer: the largest sub-group
-    pipeline_read: bool
-    pipeline_write: bool
-    block_path: str = "zero_optimization.offload_optimizer"
-    dtype: torch.dtype = torch.float32  # of the swapped tensors (stage 3's partitions: the compute dtype)
+from ..offload import SwapSettings, SwapSlot, SwapSpace, SwapTransfer
 
 
 class SwapPool:

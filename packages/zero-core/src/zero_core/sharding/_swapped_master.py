@@ -23,9 +23,7 @@ from zero_plugins import Category
 
 from ..memory import MemoryLedger, Placement
 from ..offload import SwapSlot, SwapTransfer
-from ._homes import StateHomes
-from ._layout import FlatLayout
-from ._master import copy_owned, fp32_grads, owned_range
+from ._home import Home
 from ._storage import FlatStorage
 from ._sub_groups import step_one
 from ._swap_pool import SwapPool, SwappedTensor, wait_all
@@ -49,13 +47,16 @@ class _InFlight:
 
 
 class SwappedMaster:
+    """A Master in swap space; `home`: the host memory its buffers are in, which write-backs copy from."""
+
     is_view = False
 
-    def __init__(self, tensors: list[SwappedTensor], ranges: list[tuple[int, int]], pool: SwapPool,
-                 ledger: MemoryLedger) -> None:
+    def __init__(self, tensors: list[SwappedTensor], ranges: list[tuple[int, int]], flat: FlatStorage, home: Home,
+                 pool: SwapPool, ledger: MemoryLedger) -> None:
         self.tensors = tensors
         self.ranges = ranges
-        self.step_grads: list[torch.Tensor] | None = None
+        self.flat = flat
+        self.home = home
         self._pool = pool
         self._ledger = ledger
         self._sub_groups = [
@@ -64,27 +65,12 @@ class SwappedMaster:
         ]
         self.optimizer_params = [sub_group.param for sub_group in self._sub_groups]
 
-    @classmethod
-    def copy_of(cls, name: str, layouts: Sequence[FlatLayout], rank: int, homes: StateHomes) -> SwappedMaster:
-        """The owned elements of each layout, written to swap space one layout at a time."""
-        tensors, ranges = [], []
-        for index, layout in enumerate(layouts):
-            lo, hi = owned_range(layout, rank, sharded=True)
-            tensors.append(homes.swapped_master(f"{name}.bucket{index}", copy_owned(torch.zeros(hi - lo), layout, lo, hi)))
-            ranges.append((lo, hi))
-        return cls(tensors, ranges, homes.swap_pool_or_fail(), homes.ledger)
-
     def numels(self) -> list[int]:
         return [tensor.numel for tensor in self.tensors]
 
-    def split_into_sub_groups(self, max_numel: int) -> None:
-        """Nothing to do: the swap slots were cut at `sub_group_size` when they were made."""
-
-    def load_grads(self, grads: Sequence[torch.Tensor], inv_scale: float, ledger: MemoryLedger, homes: StateHomes,
-                   in_place: bool) -> None:
-        full = fp32_grads(self, grads, inv_scale, ledger, homes, in_place)
+    def load_grads(self, grads: Sequence[torch.Tensor]) -> None:
         cut = [grad[offset : offset + slot.numel]
-               for grad, tensor in zip(full, self.tensors) for slot, offset in zip(tensor.slots, tensor.offsets)]
+               for grad, tensor in zip(grads, self.tensors) for slot, offset in zip(tensor.slots, tensor.offsets)]
         for sub_group, grad in zip(self._sub_groups, cut):
             sub_group.grad = grad
 
@@ -92,12 +78,14 @@ class SwappedMaster:
         for sub_group in self._sub_groups:
             sub_group.grad = None
 
-    def write_back(self, flat: FlatStorage, homes: StateHomes) -> None:
+    def write_back(self) -> None:
         """Nothing to do: each sub-group was copied into the parameters during the step, while it was in memory."""
 
-    def step_offloaded(self, optimizer: torch.optim.Optimizer, group_index: int, flat: FlatStorage,
-                       homes: StateHomes) -> None:
-        _SwappedStep(self, optimizer, group_index, flat, homes).run()
+    def in_memory(self) -> list[torch.Tensor]:
+        return []
+
+    def step(self, optimizer: torch.optim.Optimizer, group_index: int) -> None:
+        _SwappedStep(self, optimizer, group_index).run()
 
     # --- used by _SwappedStep ---
     def bind(self, sub_group: _SubGroup, buffers: list[torch.Tensor], state: dict[str, object]) -> None:
@@ -157,13 +145,10 @@ class SwappedMaster:
 class _SwappedStep:
     """One optimizer step over a SwappedMaster's sub-groups, reading ahead and writing behind."""
 
-    def __init__(self, master: SwappedMaster, optimizer: torch.optim.Optimizer, group_index: int, flat: FlatStorage,
-                 homes: StateHomes) -> None:
+    def __init__(self, master: SwappedMaster, optimizer: torch.optim.Optimizer, group_index: int) -> None:
         self.master = master
         self.optimizer = optimizer
         self.group_index = group_index
-        self.flat = flat
-        self.homes = homes
         self.pool = master._pool
         self.settings = self.pool.settings
         self.reads: deque[_InFlight] = deque()
@@ -243,11 +228,13 @@ class _SwappedStep:
         index = sub_group.tensor_index
         lo, _ = self.master.ranges[index]
         start = lo + sub_group.offset
-        target = self.flat.owned(index, start, start + master.numel())
-        self.homes.master_to_params(target, master, self.flat.is_offloaded(index))
-        self.homes.synchronize()  # the buffer is written to swap space next
+        flat = self.master.flat
+        target_home = flat.home(index)
+        target_home.copy_from(flat.owned(index, start, start + master.numel()), master, self.master.home)
+        for home in (target_home, self.master.home):
+            home.synchronize()  # the buffer is written to swap space next
         if sub_group.offset + master.numel() == self.master.tensors[index].numel:
-            self.flat.commit(index)  # the tensor's last sub-group: all of its parameters are updated
+            flat.commit(index)  # the tensor's last sub-group: all of its parameters are updated
 
     def _finish_write(self) -> bool:
         if not self.writes:

@@ -11,6 +11,7 @@ ever holds the whole model.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -21,14 +22,12 @@ from ..sharding import (
     FlatLayout,
     FlatParams,
     GradBuckets,
-    MasterParams,
+    MasterCopy,
     ParamGroup,
     ShardedGroup,
     ShardedState,
-    SwapPool,
-    SwappedMaster,
-    SwappedTensor,
     broadcast_initial_weights,
+    copy_owned,
     in_gradient_order,
     layout_buckets,
     pack_buckets,
@@ -40,8 +39,9 @@ from ._coordinator import GatherCoordinator
 from ._held import HeldMemoryDetector
 from ._hooks import ModuleHooks
 from ._params import Stage3Params
+from ._partition import Partitions, fill_shard
 from ._passes import GatheringPasses
-from ._unit import ParamUnit, fill_shard, unit_of
+from ._unit import ParamUnit, unit_of
 
 
 def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], context: BuildContext) -> ShardedState:
@@ -63,23 +63,24 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
     coordinator = GatherCoordinator(HeldMemoryDetector(context.ledger), zero.stage3_prefetch_bucket_size,
                                     zero.stage3_max_live_parameters, zero.stage3_max_reuse_distance)
     coordinator.adopt(list({u: None for found in units.values() for u in found}))
-    if context.homes.parameters_swappable and zero.offload_param is not None:
+    if context.homes.partition_space is not None and zero.offload_param is not None:
         coordinator.read_ahead_units = zero.offload_param.buffer_count
-    hooks = ModuleHooks(model, units, coordinator, bool(zero.memory_efficient_linear))
+    hooks = ModuleHooks(model, units, coordinator, memory_efficient_linear=bool(zero.memory_efficient_linear))
     return ShardedState(groups, buckets, GatheringPasses(model, coordinator, hooks, context.rank))
 
 
 def _build_units(
     model: torch.nn.Module, group_of: dict[int, int], context: BuildContext,
-) -> tuple[dict[torch.nn.Module, list[ParamUnit]], list[list[ParamUnit]], list[list[torch.Tensor | SwappedTensor]]]:
+) -> tuple[dict[torch.nn.Module, list[ParamUnit]], list[list[ParamUnit]], list[list[MasterCopy | None]]]:
     threshold = context.config.zero_optimization.stage3_param_persistence_threshold
     comm, dtype, device, ledger = context.comm, context.dtype, context.device, context.ledger
     groups = max(group_of.values(), default=-1) + 1
     group_units: list[list[ParamUnit]] = [[] for _ in range(groups)]
-    group_masters: list[list[torch.Tensor | SwappedTensor]] = [[] for _ in range(groups)]
+    group_masters: list[list[MasterCopy | None]] = [[] for _ in range(groups)]
     unit_by_param: dict[int, ParamUnit] = {}
     seen: set[int] = set()
-    placement = _PartitionPlacement(context)
+    block = context.config.zero_optimization.offload_param
+    partitions = Partitions.at(context.homes, max_in_cpu=block.max_in_cpu if block is not None else 0)
     for name, module in model.named_modules():
         own = [p for p in module._parameters.values() if p is not None and id(p) not in seen]
         seen.update(map(id, own))
@@ -97,22 +98,19 @@ def _build_units(
                 keys.setdefault(group_of.get(id(param)), []).append(param)
         for key, params in keys.items():
             label = (name or "(root module)") + ("" if key is not None else " (frozen)")
-            master: torch.Tensor | SwappedTensor | None = None
-            if key is not None and context.homes.master_swapped:
+            swap_name = f"group{key}.{label}" if key is not None else label
+            master: MasterCopy | None = None
+            if key is not None:  # its master is read before the unit empties the parameters
                 layout = FlatLayout(params, comm.world_size)
-                values = fill_shard(torch.zeros(layout.shard_numel), layout, comm.rank)
-                master = context.homes.swapped_master(f"group{key}.{label}", values)
-            elif key is not None and context.homes.master_is_copy(dtype):
-                layout = FlatLayout(params, comm.world_size)
-                master = fill_shard(context.homes.master(layout.shard_numel), layout, comm.rank)
-            unit = ParamUnit(label, params, comm, dtype, ledger, device, offload=context.homes.parameters,
-                             swap=placement.swap_for(params, label),
-                             swap_name=f"group{key}.{label}" if key is not None else label)
+                master = context.homes.masters.copy(swap_name, layout.shard_numel,
+                                                    partial(fill_shard, layout=layout, rank=comm.rank))
+            unit = ParamUnit(label, params, comm, dtype=dtype, ledger=ledger, device=device, partitions=partitions,
+                             swap_name=swap_name)
             unit.master = master
             unit_by_param.update((id(p), unit) for p in params)
             if key is not None:
                 group_units[key].append(unit)
-                group_masters[key].append(master if master is not None else unit.shard)
+                group_masters[key].append(master)
         for source in sources:
             source.drop()
     units: dict[torch.nn.Module, list[ParamUnit]] = {}
@@ -122,33 +120,6 @@ def _build_units(
         if found:
             units[module] = list(found)
     return units, group_units, group_masters
-
-
-class _PartitionPlacement:
-    """Which partitions go to swap space with `offload_param.device: nvme`: the first `max_in_cpu` elements
-    (of this rank's partitions, in module order) stay in host memory, as in DeepSpeed; every later one goes."""
-
-    def __init__(self, context: BuildContext) -> None:
-        self.context = context
-        block = context.config.zero_optimization.offload_param
-        self.max_in_cpu = block.max_in_cpu if block is not None and context.homes.parameters_swappable else None
-        self.in_cpu = 0
-        self.swapping = False
-
-    def swap_for(self, params: list[torch.nn.Parameter], label: str) -> SwapPool | None:
-        if self.max_in_cpu is None:
-            return None
-        numel = FlatLayout(params, self.context.world_size).shard_numel
-        if not self.swapping and self.in_cpu + numel <= self.max_in_cpu:
-            self.in_cpu += numel
-            return None
-        self.swapping = True
-        pool = self.context.homes.param_pool()
-        if numel > pool.settings.buffer_numel:
-            raise ConfigError(f"{pool.settings.block_path}.buffer_size",
-                              f"is {pool.settings.buffer_numel} elements, below the {numel} of {label}'s partition, "
-                              f"which is read into one buffer; raise it to at least {numel}")
-        return pool
 
 
 def _make_whole(param: torch.nn.Parameter, context: BuildContext, trainable: bool) -> None:
@@ -162,25 +133,18 @@ def _make_whole(param: torch.nn.Parameter, context: BuildContext, trainable: boo
 
 def _sharded_group(
     group_index: int, persistent: list[torch.nn.Parameter], units: list[ParamUnit],
-    masters: list[torch.Tensor | SwappedTensor], options: dict[str, Any], context: BuildContext,
+    masters: list[MasterCopy | None], options: dict[str, Any], context: BuildContext,
 ) -> ShardedGroup:
     """One param group: persistent params in stage-2 buckets, then the units; one master over both."""
-    comm, dtype, device, ledger = context.comm, context.dtype, context.device, context.ledger
+    comm, dtype, homes = context.comm, context.dtype, context.homes
     persistent = in_gradient_order(persistent, context)
     layouts = [FlatLayout(bucket, comm.world_size) for bucket in split_into_buckets(persistent, context.bucket_numel)]
-    flat = Stage3Params(FlatParams(layouts, dtype, device, ledger) if layouts else None, units)
-    ranges = [unit.layout.shard_range(comm.rank) for unit in units]
-    master: MasterParams | SwappedMaster
-    if context.homes.master_swapped:
-        own = SwappedMaster.copy_of(f"group{group_index}.persistent", layouts, comm.rank, context.homes)
-        swapped = [m for m in masters if isinstance(m, SwappedTensor)]
-        master = SwappedMaster(own.tensors + swapped, own.ranges + ranges, context.homes.swap_pool_or_fail(), ledger)
-    elif context.homes.master_is_copy(dtype):
-        copied = MasterParams.copy_of(layouts, comm.rank, True, context.homes)
-        tensors = [m for m in masters if isinstance(m, torch.Tensor)]
-        master = MasterParams(copied.tensors + tensors, copied.ranges + ranges, is_view=False)
-    else:
-        master = MasterParams.view_of(flat, comm.rank, True)
+    flat = Stage3Params(FlatParams(layouts, dtype, homes.on_device) if layouts else None, units, homes.on_device)
+    ranges = [layout.shard_range(comm.rank) for layout in flat.layouts]
+    copies = [homes.masters.copy(f"group{group_index}.persistent.bucket{index}", hi - lo,
+                                 partial(copy_owned, layout=layout, lo=lo, hi=hi))
+              for index, (layout, (lo, hi)) in enumerate(zip(layouts, ranges))]
+    master = homes.masters.assemble(copies + masters, ranges, flat)
     grads = GradBuckets(flat.layouts, comm.rank, context.policy, dtype, context.homes)
     return ShardedGroup(flat.layouts, flat, master, grads, dict(options))
 

@@ -18,8 +18,10 @@ import torch
 
 from ..comm import Collectives
 from ..memory import MemoryLedger
+from ..sharding import DeviceHome
 from ._init_agreement import InitAgreement
 from ._init_stale import StaleBuffer, StaleBuffers
+from ._partition import Partitions
 from ._unit import ParamUnit, unit_of
 
 
@@ -30,6 +32,7 @@ class InitUnits:
         self._ledger = ledger
         self._device = device
         self._threshold = threshold
+        self._partitions = Partitions(DeviceHome(device, ledger))  # the engine places them when it takes them over
         self._versions: weakref.WeakKeyDictionary[ParamUnit, int] = weakref.WeakKeyDictionary()  # stores so far
         self._held: list[ParamUnit] = []
         self.stale = StaleBuffers()
@@ -59,7 +62,8 @@ class InitUnits:
         whole = [weakref.ref(p.data.untyped_storage()) for p in params]
         for dtype in dict.fromkeys(p.dtype for p in params):
             same = [p for p in params if p.dtype == dtype]
-            unit = ParamUnit(name, same, self._comm, dtype, self._ledger, self._device)
+            unit = ParamUnit(name, same, self._comm, dtype=dtype, ledger=self._ledger, device=self._device,
+                             partitions=self._partitions)
             self._versions[unit] = 0
         if not assigned:  # the caller holds assigned tensors anyway: waiting for gloo to drop them gains nothing
             _await_release(whole)

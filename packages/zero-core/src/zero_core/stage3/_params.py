@@ -9,39 +9,39 @@ from __future__ import annotations
 
 import torch
 
-from ..sharding import FlatLayout, FlatParams
+from ..sharding import FlatLayout, FlatParams, Home
 from ._unit import ParamUnit
 
 
 class Stage3Params:
     """A FlatStorage: persistent buckets (replicated) first, then the units (partitioned)."""
 
-    def __init__(self, persistent: FlatParams | None, units: list[ParamUnit]) -> None:
+    def __init__(self, persistent: FlatParams | None, units: list[ParamUnit], on_device: Home) -> None:
         self.persistent = persistent
+        self._on_device = on_device
         self.units = units
         self.persistent_layouts = list(persistent.layouts) if persistent is not None else []
         self.layouts: list[FlatLayout] = self.persistent_layouts + [unit.layout for unit in units]
 
     def owned(self, index: int, lo: int, hi: int) -> torch.Tensor:
-        """Elements [lo, hi) of layout `index` that this rank steps: a persistent slice, or a unit's shard."""
+        """Elements [lo, hi) of layout `index` that this rank steps: a persistent slice, or of a unit's partition."""
         count = len(self.persistent_layouts)
         if index < count:
             assert self.persistent is not None
             return self.persistent.owned(index, lo, hi)
         unit = self.units[index - count]
         start, _ = unit.layout.shard_range(unit.comm.rank)
-        shard = unit.swapped.open_for_update() if unit.swapped is not None else unit.shard
-        return shard[lo - start : hi - start]
+        return unit.partition.for_update()[lo - start : hi - start]
 
     def commit(self, index: int) -> None:
         """The step has written all of layout `index`'s owned elements: a partition in swap space goes to its file."""
         count = len(self.persistent_layouts)
-        if index >= count and (swapped := self.units[index - count].swapped) is not None:
-            swapped.commit()
+        if index >= count:
+            self.units[index - count].partition.commit()
 
-    def is_offloaded(self, index: int) -> bool:
+    def home(self, index: int) -> Home:
         count = len(self.persistent_layouts)
-        return index >= count and self.units[index - count].offloaded
+        return self.units[index - count].partition.home if index >= count else self._on_device
 
     def replicated(self) -> list[int]:
         return list(range(len(self.persistent_layouts)))

@@ -5,7 +5,8 @@ tensor of the right dtype until the unit is gathered, when an all-gather fills a
 buffer (`param.gathered`) and the parameters become views into it. Freeing drops the
 buffer and empties the parameters again, so the memory dies unless someone else holds it,
 which `free()` reports (see _held.py). The engine makes one unit per module and param group
-(frozen parameters form their own), `Init` one per module as it is built.
+(frozen parameters form their own), `Init` one per module as it is built. Where the shard
+lives between uses is its partition's business (_partition.py).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from zero_plugins import Category
 
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
-from ..offload import OffloadDevice
-from ..sharding import FlatLayout, SwapPool, SwappedTensor, copy_owned
+from ..sharding import FlatLayout, MasterCopy
+from ._partition import Partition, Partitions
 from ._unit_swap import SwappedShard
 
 
@@ -30,25 +31,10 @@ class UnitState(enum.Enum):
 
 
 class ParamUnit:
-    def __init__(
-        self,
-        name: str,
-        params: Sequence[torch.nn.Parameter],
-        comm: Collectives,
-        dtype: torch.dtype,
-        ledger: MemoryLedger,
-        device: torch.device,
-        offload: OffloadDevice | None = None,
-        swap: SwapPool | None = None,
-        swap_name: str = "",
-    ) -> None:
-        """`params` must hold their full values now; they are read into this rank's shard, then emptied.
-
-        With `offload` (ds_config `offload_param`) the shard lives at the offload device between uses,
-        and each gather copies it to the device first; with `swap` as well, it lives in the device's
-        swap space (a file named `swap_name`, unique per rank; `shard` is then empty) and is read through
-        the pool's buffers.
-        """
+    def __init__(self, name: str, params: Sequence[torch.nn.Parameter], comm: Collectives, *, dtype: torch.dtype,
+                 ledger: MemoryLedger, device: torch.device, partitions: Partitions, swap_name: str = "") -> None:
+        """`params` must hold their full values now; they are read into this rank's partition (which `partitions`
+        places; in swap space it is a file named `swap_name`, unique per rank), then emptied."""
         self.name = name
         self.layout = FlatLayout(params, comm.world_size)
         self.numel = self.layout.padded_numel
@@ -57,22 +43,13 @@ class ParamUnit:
         self.ledger = ledger
         self.state = UnitState.PARTITIONED
         # the fp32 master of this shard, when the engine keeps a copy (in memory or in swap space)
-        self.master: torch.Tensor | SwappedTensor | None = None
+        self.master: MasterCopy | None = None
         self.buffer: torch.Tensor | None = None
         self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
         self._work: Work | None = None
         self._device = device
-        self._offload = offload
         self._empty = torch.empty(0, dtype=dtype, device=device)
-        self.swapped: SwappedShard | None = None
-        if offload is None:
-            self.shard = ledger.new(Category.PARAM_PARTITION, lambda: shard_of(self.layout, comm.rank, dtype, device))
-        elif swap is not None:
-            self.swapped = SwappedShard(swap_name or name, shard_of(self.layout, comm.rank, dtype, torch.device("cpu")), swap)
-            self.shard = torch.empty(0, dtype=dtype)
-        else:
-            self.shard = offload.allocate(self.layout.shard_numel, dtype, Category.PARAM_PARTITION, pin=True)
-            fill_shard(self.shard, self.layout, comm.rank)
+        self.partition: Partition = partitions.make(name, self.layout, comm.rank, dtype, swap_name=swap_name or name)
         for slot in self.layout.slots:
             param = slot.param
             # Attributes torch.nn.Parameter does not declare: DeepSpeed's sizes, read by zero-estimate, the Trainer
@@ -88,8 +65,14 @@ class ParamUnit:
         return self.layout.params
 
     @property
-    def offloaded(self) -> bool:
-        return self._offload is not None
+    def shard(self) -> torch.Tensor:
+        """This rank's partition in memory (empty when it is in swap space)."""
+        return self.partition.tensor
+
+    @property
+    def swapped(self) -> SwappedShard | None:
+        """The partition, when it is in swap space (checkpoints read and write its slot)."""
+        return self.partition if isinstance(self.partition, SwappedShard) else None
 
     @property
     def gathered(self) -> bool:
@@ -100,18 +83,8 @@ class ParamUnit:
         """Allocate the buffer and launch the all-gather of every rank's shard into it."""
         numel, dtype, device = self.numel, self.dtype, self._device
         self.buffer = self.ledger.new(Category.PARAM_GATHERED, lambda: torch.empty(numel, dtype=dtype, device=device))
-        own = self.shard
-        if self._offload is not None:
-            # This rank's part goes straight into its place in the buffer: the all-gather then runs in place.
-            lo, hi = self.layout.shard_range(self.comm.rank)
-            own = self.buffer[lo:hi]
-            if self.swapped is not None:
-                self._offload.to_device(own, self.swapped.take())
-                self._offload.synchronize()
-                self.swapped.give_back()
-            else:
-                self._offload.to_device(own, self.shard)
-                self._offload.synchronize()
+        lo, hi = self.layout.shard_range(self.comm.rank)
+        own = self.partition.on_device(self.buffer[lo:hi])  # copied into its place: the all-gather runs in place
         self._work = self.comm.all_gather(self.buffer, own, async_op=True)
         self.state = UnitState.GATHERING
 
@@ -147,38 +120,19 @@ class ParamUnit:
         """Take this rank's shard of `source` (the whole padded flat buffer) as the new partition."""
         lo, hi = self.layout.shard_range(self.comm.rank)
         part = source[lo:hi]
-        if self.swapped is not None:
-            self.swapped.write(part.to("cpu"))
-        elif self._offload is not None:
-            self._offload.to_host(self.shard, part, accumulate=False)
-            self._offload.synchronize()
-        else:
-            self.shard.copy_(part)
+        self.partition.store(part)
         if self.master is not None:
             self.master.copy_(part.float())
 
     def read_ahead(self) -> bool:
         """Start reading a partition in swap space ahead of its gather; False when no buffer is free."""
-        return self.swapped.read_ahead() if self.swapped is not None and not self.gathered else True
+        return self.gathered or self.partition.read_ahead()
 
     def cancel_read(self) -> None:
-        if self.swapped is not None:
-            self.swapped.cancel_read()
+        self.partition.cancel_read()
 
     def __repr__(self) -> str:
         return f"ParamUnit({self.name}, {self.layout.numel} elements)"
-
-
-def shard_of(layout: FlatLayout, rank: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Rank's shard of the layout's parameters (which hold full values now), padding zeroed."""
-    lo, hi = layout.shard_range(rank)
-    return fill_shard(torch.zeros(hi - lo, dtype=dtype, device=device), layout, rank)
-
-
-def fill_shard(shard: torch.Tensor, layout: FlatLayout, rank: int) -> torch.Tensor:
-    """Copy rank's part of the layout's parameters (which hold full values now) into a zeroed `shard`."""
-    lo, hi = layout.shard_range(rank)
-    return copy_owned(shard, layout, lo, hi)
 
 
 def unit_of(param: torch.Tensor) -> ParamUnit | None:

@@ -4,7 +4,9 @@ Between uses the partition is only a file. Gathering reads it into one of the
 `offload_param.buffer_count` buffers (or takes the read the prefetcher started earlier),
 copies it into this rank's place in the gathered buffer on the device, and gives the
 buffer back. The optimizer step writes the updated partition into a buffer opened for the
-unit (`open_for_update`) and `commit` writes it to the file once the last sub-group is in.
+unit (`for_update`) and `commit` writes it to the file once the last sub-group is in. Its
+buffers are host memory at the parameters' offload device (`home`), which copies them to
+and from the device.
 """
 from __future__ import annotations
 
@@ -12,21 +14,21 @@ import torch
 from zero_plugins import Category
 
 from ..offload import SwapTransfer
-from ..sharding import SwapPool, SwappedTensor
+from ..sharding import Home, SwapPool, SwappedTensor
 
 
 class SwappedShard:
-    def __init__(self, name: str, values: torch.Tensor, pool: SwapPool) -> None:
+    """A Partition (_partition.py) in swap space."""
+
+    def __init__(self, name: str, values: torch.Tensor, pool: SwapPool, home: Home) -> None:
         self.pool = pool
-        self.tensor = SwappedTensor(name, values.numel(), None, pool, Category.PARAM_PARTITION).copy_(values)
-        self.slot = self.tensor.slots[0]
+        self.home = home
+        self.tensor = torch.empty(0, dtype=values.dtype)
+        self.swapped = SwappedTensor(name, values.numel(), None, pool, Category.PARAM_PARTITION).copy_(values)
+        self.slot = self.swapped.slots[0]
         self._reading: tuple[torch.Tensor, SwapTransfer] | None = None
         self._open: torch.Tensor | None = None
         self._taken: torch.Tensor | None = None
-
-    @property
-    def reading(self) -> bool:
-        return self._reading is not None
 
     def read_ahead(self) -> bool:
         """Start reading into a free buffer; False when none is free (the caller stops reading ahead)."""
@@ -38,8 +40,15 @@ class SwappedShard:
         self._reading = (buffer, self.pool.space.read(self.slot, buffer[: self.slot.numel]))
         return True
 
-    def take(self) -> torch.Tensor:
-        """The partition's values in a buffer (read now unless read ahead); hand it back with `give_back`."""
+    def on_device(self, place: torch.Tensor) -> torch.Tensor:
+        """Read the partition (or take the read started ahead) and copy it into `place`, on the device."""
+        self.home.copy_out(place, self._take())
+        self.home.synchronize()
+        self._give_back()
+        return place
+
+    def _take(self) -> torch.Tensor:
+        """The partition's values in a buffer (read now unless read ahead); hand it back with `_give_back`."""
         if self._reading is None:
             (buffer,) = self.pool.acquire(1, lambda: False)
             self._reading = (buffer, self.pool.space.read(self.slot, buffer[: self.slot.numel]))
@@ -53,8 +62,8 @@ class SwappedShard:
         self._taken = buffer
         return buffer[: self.slot.numel]
 
-    def give_back(self) -> None:
-        """End of the use `take` began: the buffer goes back to the pool."""
+    def _give_back(self) -> None:
+        """End of the use `_take` began: the buffer goes back to the pool."""
         if self._taken is not None:
             buffer, self._taken = self._taken, None
             self.pool.release([buffer])
@@ -69,22 +78,23 @@ class SwappedShard:
             finally:
                 self.pool.release([buffer])
 
-    def open_for_update(self) -> torch.Tensor:
+    def for_update(self) -> torch.Tensor:
         """A buffer the step writes the whole updated partition into (nothing is read: every element is rewritten)."""
         if self._open is None:
             self.cancel_read()
             (self._open,) = self.pool.acquire(1, lambda: False)
         return self._open[: self.slot.numel]
 
-    def write(self, values: torch.Tensor) -> None:
-        """Replace the partition with `values` (anywhere in memory)."""
+    def store(self, source: torch.Tensor) -> None:
+        """Replace the partition with `source` (on the device)."""
         self.cancel_read()
-        self.tensor.copy_(values)
+        self.swapped.copy_(source.to("cpu"))
 
     def commit(self) -> None:
         """Write the buffer opened for the step to the file, and give the buffer back."""
         if self._open is None:
             return
+        self.home.synchronize()  # the step's copies into the buffer must be complete
         buffer, self._open = self._open, None
         try:
             self.pool.space.write(self.slot, buffer[: self.slot.numel]).wait()

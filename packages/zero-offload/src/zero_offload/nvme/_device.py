@@ -3,7 +3,7 @@
 The fp32 gradients stay in (pinned) host memory, where backward adds reduced gradients as
 with the `cpu` device, and copies to and from the accelerator go the same way; what moves
 to the disk is the master and the optimizer state, 12 of the 16 bytes per trainable element
-that CPU offload keeps in host memory (with Adam). The step streams them through
+that CPU offload keeps in host memory (with Adam; `plan` sizes each optimizer's own state). The step streams them through
 `buffer_count` staging buffers (zero_core.sharding.SwappedMaster).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from zero_plugins.ds_config import ConfigError
 from zero_core.memory import Placement
-from zero_core.offload import OffloadPlan, OffloadSettings, SwapSpace
+from zero_core.offload import OffloadPlan, OffloadSettings, OptimizerCopies, ParameterCopies, SwapSpace
 
 from .._cpu_device import CpuOffloadDevice
 from ..swap import buffered_from_env, check_direct_io, get_swap_backend
@@ -54,6 +54,10 @@ class NvmeOffloadDevice(CpuOffloadDevice):
     @property
     def swap_space(self) -> SwapSpace:
         return self._space
+
+    def plan(self, copies: OptimizerCopies | ParameterCopies) -> OffloadPlan:
+        """The master and the optimizer state (or partitions past `max_in_cpu`) go to swap space."""
+        return copies.swapped(pin=self.settings.pin_memory, alignment=self._space.slot_alignment)
 
     def check_capacity(self, plan: OffloadPlan) -> None:
         super().check_capacity(plan)

@@ -1,0 +1,133 @@
+"""Where the fp32 master and the optimizer state live, and so how the step runs: chosen once per run.
+
+The step runs where the optimizer state lives. On the device the master is a view of fp32
+parameters (`ViewMasters`) or a copy (`DeviceMasters`), and the torch optimizer steps every
+group at once. At an offload device the master is a copy in host memory (`HostMasters`) or
+in swap space (`SwappedMasters`), and each master steps `sub_group_size` elements at a time.
+The builders ask the chosen `MasterHome` for each copy and for the assembled `Master`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+import torch
+from zero_plugins import Category
+
+from ..memory import MemoryLedger, Placement
+from ._home import Home
+from ._master import Master, MasterParams
+from ._storage import FlatStorage
+from ._swap_pool import SwappedTensor, SwapPool
+from ._swapped_master import SwappedMaster
+
+MasterCopy = torch.Tensor | SwappedTensor
+Fill = Callable[[torch.Tensor], torch.Tensor]  # writes the owned elements into a zeroed tensor and returns it
+
+
+class MasterHome(ABC):
+    @abstractmethod
+    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
+        """A master copy of `numel` owned elements that `fill` writes (None: the master is a view of the parameters)."""
+
+    @abstractmethod
+    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
+                 flat: FlatStorage) -> MasterParams | SwappedMaster:
+        """One param group's master over `flat`'s layouts, from the copies made for them."""
+
+    @abstractmethod
+    def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
+        """One step of every param group."""
+
+    @abstractmethod
+    def count_state(self, optimizer: torch.optim.Optimizer, ledger: MemoryLedger) -> None:
+        """Count the optimizer state in memory in the ledger (after a step, which may have made it)."""
+
+
+class DeviceMasters(MasterHome):
+    """fp32 copies on the device (16-bit compute, or parameters offloaded); torch's optimizer steps them all."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
+        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER))
+
+    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
+                 flat: FlatStorage) -> MasterParams | SwappedMaster:
+        return MasterParams([_in_memory(copy) for copy in copies], ranges, flat, self.home)
+
+    def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
+        optimizer.step()
+
+    def count_state(self, optimizer: torch.optim.Optimizer, ledger: MemoryLedger) -> None:
+        _count(optimizer, ledger, Placement.DEVICE)
+
+
+class ViewMasters(DeviceMasters):
+    """fp32 compute with nothing offloaded: the master is the parameters' owned elements, and no copy exists."""
+
+    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
+        return None
+
+    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
+                 flat: FlatStorage) -> MasterParams | SwappedMaster:
+        return MasterParams.view_of(flat, ranges)
+
+
+class HostMasters(MasterHome):
+    """fp32 copies in host memory at the optimizer's offload device, stepped one sub-group at a time."""
+
+    def __init__(self, home: Home, sub_group_numel: int) -> None:
+        self.home = home
+        self.sub_group_numel = sub_group_numel
+
+    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
+        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER))
+
+    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
+                 flat: FlatStorage) -> MasterParams | SwappedMaster:
+        return MasterParams([_in_memory(copy) for copy in copies], ranges, flat, self.home,
+                            sub_group_numel=self.sub_group_numel)
+
+    def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
+        for index, master in enumerate(masters):
+            master.step(optimizer, index)
+
+    def count_state(self, optimizer: torch.optim.Optimizer, ledger: MemoryLedger) -> None:
+        _count(optimizer, ledger, self.home.placement)
+
+
+class SwappedMasters(HostMasters):
+    """The master and optimizer state in swap space (one slot per sub-group and tensor), streamed through
+    the pool's buffers, which are host memory at `home`."""
+
+    def __init__(self, home: Home, pool: SwapPool, ledger: MemoryLedger) -> None:
+        super().__init__(home, pool.settings.buffer_numel)
+        self.pool = pool
+        self.ledger = ledger
+
+    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
+        # The values pass through a transient host tensor on their way to the slots.
+        values = fill(torch.zeros(numel))
+        return SwappedTensor(name, numel, self.sub_group_numel, self.pool, Category.OPTIM_MASTER).copy_(values)
+
+    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
+                 flat: FlatStorage) -> MasterParams | SwappedMaster:
+        swapped = [copy for copy in copies if isinstance(copy, SwappedTensor)]
+        return SwappedMaster(swapped, ranges, flat, self.home, self.pool, self.ledger)
+
+    def count_state(self, optimizer: torch.optim.Optimizer, ledger: MemoryLedger) -> None:
+        """Nothing to count here: the state is counted in its slots, and its step counts as they are made."""
+
+
+def _in_memory(copy: MasterCopy | None) -> torch.Tensor:
+    assert isinstance(copy, torch.Tensor), "an in-memory master home makes tensors"
+    return copy
+
+
+def _count(optimizer: torch.optim.Optimizer, ledger: MemoryLedger, placement: Placement) -> None:
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                ledger.register(value, Category.OPTIM_STATE, placement, pinned=False)

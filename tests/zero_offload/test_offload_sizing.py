@@ -1,0 +1,72 @@
+"""The plan an offload device is asked to check is sized with the optimizer's own state, not Adam's.
+
+Each optimizer keeps a different number of fp32 state tensors of a parameter's size (Adam and
+AdamW two, Lion and Adagrad one, SGD one with momentum and none without). The count
+`optimizer_state_tensors` gives must be what zero-offload's CPU optimizers and torch's allocate,
+and the engine must hand the device a plan of master + gradients + that state per element.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import zero_core
+from zero_core.offload import OffloadPlan, OptimizerCopies, ParameterCopies, SwapSettings, optimizer_state_tensors
+from zero_offload import CPUAdagrad, CPUAdam, CPULion
+from zero_offload._cpu_device import CpuOffloadDevice
+
+OPTIMIZERS: dict[str, tuple[str, dict[str, Any], Any]] = {
+    "adam": ("Adam", {}, lambda p: CPUAdam(p)),
+    "adamw-amsgrad": ("AdamW", {"amsgrad": True}, lambda p: CPUAdam(p, amsgrad=True)),
+    "lion": ("Lion", {}, lambda p: CPULion(p)),
+    "adagrad": ("Adagrad", {}, lambda p: CPUAdagrad(p)),
+    "sgd": ("SGD", {"lr": 0.1}, lambda p: torch.optim.SGD(p, lr=0.1)),
+    "sgd-momentum": ("SGD", {"lr": 0.1, "momentum": 0.9}, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZERS)
+def test_the_state_count_is_what_the_optimizer_allocates(case: str) -> None:
+    name, params, make = OPTIMIZERS[case]
+    param = torch.nn.Parameter(torch.randn(64))
+    optimizer = make([param])
+    param.grad = torch.randn(64)
+    optimizer.step()
+    made = [v for v in optimizer.state[param].values() if isinstance(v, torch.Tensor) and v.shape == param.shape]
+    assert optimizer_state_tensors(name, params) == len(made)
+
+
+def test_lion_and_adagrad_plans_hold_one_state_tensor_not_adams_two() -> None:
+    swap = SwapSettings(buffer_count=4, buffer_numel=1000)
+    for name in ("Lion", "Adagrad"):
+        copies = OptimizerCopies(elements=1000, state_tensors=optimizer_state_tensors(name, {}), swap=swap)
+        # master 4 + gradients 4 + one fp32 state 4, per element; the gradients are pinned
+        assert copies.in_memory(pin=True) == OffloadPlan(12_000, 4000)
+        # in swap space: the master and the state; the gradients and 4 aligned buffers stay in host memory
+        assert copies.swapped(pin=False, alignment=4096) == OffloadPlan(4000 + 4 * 4096, 0, disk_bytes=8000)
+    adam = OptimizerCopies(elements=1000, state_tensors=optimizer_state_tensors("Adam", {}), swap=swap)
+    assert adam.in_memory(pin=False) == OffloadPlan(16_000, 0)
+
+
+def test_parameter_plans_keep_max_in_cpu_in_memory() -> None:
+    swap = SwapSettings(buffer_count=2, buffer_numel=100, dtype=torch.bfloat16)
+    copies = ParameterCopies(elements=1000, dtype=torch.bfloat16, max_in_cpu=400, swap=swap)
+    assert copies.in_memory(pin=True) == OffloadPlan(2000, 2000)
+    assert copies.swapped(pin=True, alignment=4096) == OffloadPlan(800 + 2 * 4096, 800 + 2 * 4096, disk_bytes=1200)
+
+
+@pytest.mark.usefixtures("solo_process_group")
+@pytest.mark.parametrize(("optimizer", "state_bytes"), [("Lion", 4), ("Adagrad", 4), ("AdamW", 8)])
+def test_the_engine_asks_the_cpu_device_to_check_its_optimizers_own_plan(
+        monkeypatch: pytest.MonkeyPatch, optimizer: str, state_bytes: int) -> None:
+    checked: list[OffloadPlan] = []
+    monkeypatch.setattr(CpuOffloadDevice, "check_capacity", lambda self, plan: checked.append(plan))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2))
+    elements = sum(p.numel() for p in model.parameters())
+    config = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": optimizer, "params": {"lr": 1e-3}},
+              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": False}}}
+    engine, _, _, _ = zero_core.initialize(model=model, config=config)
+    engine.destroy()
+    assert checked == [OffloadPlan((4 + 4 + state_bytes) * elements, 0)]
