@@ -81,8 +81,8 @@ def assemble_engine(
                             offload.optimizer.device.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
                                    policy, ledger=ledger, homes=homes)
-    reducer = GradReducer(state.buckets, comm, policy.grad_reduction, bool(config.zero_optimization.overlap_comm),
-                          ledger)
+    reducer = GradReducer(state.buckets, comm, policy.grad_reduction, ledger,
+                          overlap=bool(config.zero_optimization.overlap_comm))
     loader = None
     if training_data is not None:
         # None only in a config load_config(..., world_size=N) has not resolved; int() still refuses that

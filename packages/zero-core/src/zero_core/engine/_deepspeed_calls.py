@@ -67,7 +67,7 @@ class DeepSpeedCalls:
         """The config's `stage3_gather_16bit_weights_on_model_save` (False unless set, at every stage, as in DeepSpeed)."""
         return bool(self.zero_config.zero_optimization.stage3_gather_16bit_weights_on_model_save)
 
-    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters: bool = False
+    def _zero3_consolidated_16bit_state_dict(self, *, exclude_frozen_parameters: bool = False
                                              ) -> dict[str, torch.Tensor] | None:
         """The model's whole weights and buffers in the compute dtype, on CPU, on rank 0; None on other ranks.
 
@@ -86,7 +86,7 @@ class DeepSpeedCalls:
         return state
 
     def save_16bit_model(self, save_dir: str | os.PathLike[str], save_filename: str = "pytorch_model.bin",
-                         exclude_frozen_parameters: bool = False) -> bool:
+                         *, exclude_frozen_parameters: bool = False) -> bool:
         """DeepSpeed's call: rank 0 writes the model's weights and buffers in the compute dtype to
         `<save_dir>/<save_filename>` with torch.save and every rank returns True. Every rank must call it.
 
@@ -99,14 +99,14 @@ class DeepSpeedCalls:
                             "with %s: true; set it, or save a checkpoint and run `zero checkpoint export`",
                             GATHER_ON_SAVE_KEY)
             return False
-        state = self._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters)
+        state = self._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=exclude_frozen_parameters)
         if state is not None:
             Path(save_dir).mkdir(parents=True, exist_ok=True)
             torch.save(state, Path(save_dir) / save_filename)
         return True
 
-    def offload_states(self, include: Iterable[object] | None = None, device: object = "cpu", pin_memory: bool = True,
-                       non_blocking: bool = False) -> None:
+    def offload_states(self, include: Iterable[object] | None = None, device: object = "cpu", *,
+                       pin_memory: bool = True, non_blocking: bool = False) -> None:
         """DeepSpeed's call: move the training state off the accelerator into host memory (pinned by default) until
         `reload_states()`. `include` names DeepSpeed's state types (`optim_states`, `hp_params`, `lp_params`,
         `lp_grads`, `contiguous_grad_buffer`; its enum's members work too), all of them by default.
@@ -122,12 +122,13 @@ class DeepSpeedCalls:
             raise ZeroError(f"engine.offload_states moves states to host memory only; pass device='cpu' (got {target!r})")
         kinds = offload_state_types(include)
         self._saver.wait()  # an asynchronous save may still be reading the state
-        moved = self._moves.offload(engine_states(self.module, self.optimizer), kinds, pin_memory, non_blocking)
+        moved = self._moves.offload(engine_states(self.module, self.optimizer), kinds, pin_memory=pin_memory,
+                                    non_blocking=non_blocking)
         self._order.states_away = frozenset(kind.value for kind in self._moves.away)
         log.info("engine.offload_states moved %d bytes to host memory (%s)", moved, ", ".join(sorted(self._order.states_away)))
 
-    def reload_states(self, non_blocking: bool = False) -> None:
+    def reload_states(self, *, non_blocking: bool = False) -> None:
         """DeepSpeed's call: bring back what `offload_states()` moved; training may go on. Nothing away: nothing done."""
-        moved = self._moves.reload(non_blocking)
+        moved = self._moves.reload(non_blocking=non_blocking)
         self._order.states_away = frozenset()
         log.info("engine.reload_states moved %d bytes back to the accelerator", moved)

@@ -102,7 +102,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         with self.ledger.phase("forward"), self._passes.forward():
             return self.module(*args, **kwargs)
 
-    def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
+    def backward(self, loss: torch.Tensor, *, retain_graph: bool = False, scale_wrt_gas: bool = True) -> torch.Tensor:
         """Backward of `loss / gradient_accumulation_steps` (times the fp16 loss scale); returns `loss`.
 
         At the accumulation boundary the gradients are averaged across ranks when this returns.
@@ -187,7 +187,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._comm.progress.post(f"failed in {phase} at step {self.global_steps + 1}: {type(error).__name__}"
                                  + (f": {message[:200]}" if message else ""))
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:  # torch.nn.Module's signature
         """Drop accumulated gradients (the step already does this after each update); a backward may follow."""
         self._order.backward_pending = False
         self._losses.reset()
@@ -237,7 +237,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
     # --- checkpoints ---
     def save_checkpoint(self, save_dir: str | os.PathLike[str], tag: object = None,
-                        client_state: dict[str, Any] | None = None, save_latest: bool = True,
+                        client_state: dict[str, Any] | None = None, *, save_latest: bool = True,
                         exclude_frozen_parameters: bool = False, async_save: bool = False) -> str:
         """DeepSpeed's call: the whole training state to `<save_dir>/<tag>` (docs/checkpoints.md). Every rank calls
         it; what it writes loads at any world size and stage. `async_save=True` (zero's own) returns once the
@@ -257,7 +257,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         last = self._saver.wait()
         return str(last) if last is not None else None
 
-    def load_checkpoint(self, load_dir: str | os.PathLike[str], tag: str | None = None,
+    def load_checkpoint(self, load_dir: str | os.PathLike[str], tag: str | None = None, *,
                         load_module_strict: bool = True, load_optimizer_states: bool = True,
                         load_lr_scheduler_states: bool = True,
                         load_module_only: bool = False, trust_checkpoint: bool = False) -> tuple[str, dict[str, Any]]:

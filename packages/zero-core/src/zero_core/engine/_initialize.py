@@ -27,6 +27,7 @@ def initialize(
     training_data: torch.utils.data.Dataset[Any] | None = None,
     lr_scheduler: Any = None,
     mpu: Any = None,
+    *,
     dist_init_required: bool | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
     config: str | os.PathLike[str] | Mapping[str, Any] | None = None,

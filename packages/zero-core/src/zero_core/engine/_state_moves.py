@@ -81,7 +81,7 @@ class StateMover:
         self.away: frozenset[OffloadStateType] = frozenset()
 
     def offload(self, states: dict[OffloadStateType, list[torch.Tensor]], include: frozenset[OffloadStateType],
-                pin_memory: bool, non_blocking: bool) -> int:
+                *, pin_memory: bool, non_blocking: bool) -> int:
         """Move the storages of `include`'s tensors that are on an accelerator to host memory; returns the bytes moved.
 
         A state type sharing a storage with an included one is away too (with fp32 compute the master is the weights).
@@ -95,12 +95,12 @@ class StateMover:
                 if storage.device.type != self._moves_from or _key(storage) in moved_before or storage.nbytes() == 0:
                     continue
                 moved_before.add(_key(storage))
-                moved += self._to_host(storage, pin_memory, non_blocking)
+                moved += self._to_host(storage, pin_memory=pin_memory, non_blocking=non_blocking)
         self.away = self.away | include | {kind for kind, tensors in states.items()
                                            if any(_key(tensor.untyped_storage()) in chosen for tensor in tensors)}
         return moved
 
-    def reload(self, non_blocking: bool) -> int:
+    def reload(self, *, non_blocking: bool) -> int:
         """Bring every moved storage back where it was; returns the bytes moved."""
         moved = 0
         for entry in self._moved:
@@ -113,7 +113,7 @@ class StateMover:
         self.away = frozenset()
         return moved
 
-    def _to_host(self, storage: torch.UntypedStorage, pin_memory: bool, non_blocking: bool) -> int:
+    def _to_host(self, storage: torch.UntypedStorage, *, pin_memory: bool, non_blocking: bool) -> int:
         nbytes = storage.nbytes()
         host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin_memory)
         host.untyped_storage().copy_(storage, non_blocking=non_blocking)

@@ -28,7 +28,7 @@ class ReduceBucket(Protocol):
         """A zeroed transient buffer (padding and unused parameters stay zero)."""
         ...
 
-    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, accumulate: bool) -> None:
+    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, *, accumulate: bool) -> None:
         """Put slot `index`'s flattened gradient in its place(s) in `buffer` (or add it there)."""
         ...
 
@@ -56,7 +56,7 @@ class WholeGradBucket(ReduceBucket, Protocol):
         ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class LayoutBucket:
     """Bucket `index` of a param group's gradients (`grads`), laid out as `layout`."""
 
@@ -74,7 +74,7 @@ class LayoutBucket:
     def new_buffer(self) -> torch.Tensor:
         return torch.zeros(self.layout.padded_numel, dtype=self.grads.dtype, device=self.grads.device)
 
-    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, accumulate: bool) -> None:
+    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, *, accumulate: bool) -> None:
         slot = self.slots[index]
         target = buffer[slot.offset : slot.offset + slot.numel]
         if accumulate:

@@ -53,6 +53,6 @@ def in_gradient_order(params: list[torch.nn.Parameter], context: BuildContext) -
 
 def layout_buckets(groups: list[ShardedGroup], context: BuildContext) -> list[LayoutBucket]:
     """Every bucket of every group, in the order their gradients are expected to complete."""
-    buckets = [LayoutBucket(layout, group.grads, index) for group in groups for index, layout in enumerate(group.layouts)]
+    buckets = [LayoutBucket(layout=layout, grads=group.grads, index=index) for group in groups for index, layout in enumerate(group.layouts)]
     # A bucket completes when its earliest-registered parameter gets its gradient.
     return sorted(buckets, key=lambda b: -min(context.order[id(slot.param)] for slot in b.slots))

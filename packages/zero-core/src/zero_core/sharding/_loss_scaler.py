@@ -28,7 +28,7 @@ class LossScaler:
     def scale(self) -> float:
         return self.cur_scale
 
-    def update(self, overflow: bool) -> None:
+    def update(self, *, overflow: bool) -> None:
         """A static scale never changes."""
 
     def state_dict(self) -> dict[str, Any]:
@@ -47,6 +47,7 @@ class DynamicLossScaler(LossScaler):
         scale_window: int,
         min_scale: float,
         hysteresis: int,
+        *,
         consecutive_hysteresis: bool = False,
         raise_error_at_min_scale: bool = True,
     ) -> None:
@@ -61,7 +62,7 @@ class DynamicLossScaler(LossScaler):
         self.cur_iter = 0
         self.last_overflow_iter = -1
 
-    def update(self, overflow: bool) -> None:
+    def update(self, *, overflow: bool) -> None:
         if overflow:
             if self.hysteresis == 1 or self.cur_hysteresis == 1:
                 if self.cur_scale == self.min_scale and self.raise_error_at_min_scale:

@@ -66,7 +66,6 @@ class MasterParams:
                  home: Home | None, *, sub_group_numel: int | None = None) -> None:
         self.tensors = tensors
         self.ranges = ranges
-        self.is_view = home is None
         self._flat = flat
         self._home = home
         self._sub_group_numel = sub_group_numel
@@ -84,9 +83,6 @@ class MasterParams:
             full = sub_group_views(full, self._sub_group_numel)  # cut exactly as the master was
         for param, grad in zip(self.optimizer_params, full):
             param.grad = grad
-
-    def numels(self) -> list[int]:
-        return [tensor.numel() for tensor in self.tensors]
 
     def sub_groups(self, index: int) -> list[tuple[torch.Tensor, int]]:
         """The optimizer params that cover master tensor `index`, each with its first element's offset in it."""

@@ -101,7 +101,7 @@ class ZeroOptimizer:
         self.overflow = not math.isfinite(scaled_norm)
         if self.overflow:
             self.zero_grad()
-            self.loss_scaler.update(True)
+            self.loss_scaler.update(overflow=True)
             return False
         if before_update is not None:
             before_update()
@@ -121,7 +121,7 @@ class ZeroOptimizer:
         self._homes.synchronize()
         if self._sharded:
             self._all_gather_params()
-        self.loss_scaler.update(False)
+        self.loss_scaler.update(overflow=False)
         self._homes.masters.count_state(self.optimizer, self._ledger)
         return True
 

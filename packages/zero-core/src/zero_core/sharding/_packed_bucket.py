@@ -49,7 +49,7 @@ class PackedBucket:
         grads = self.members[0].grads
         return torch.zeros(self.padded_numel, dtype=grads.dtype, device=grads.device)
 
-    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, accumulate: bool) -> None:
+    def write(self, buffer: torch.Tensor, index: int, grad: torch.Tensor, *, accumulate: bool) -> None:
         for at, start, stop in self._pieces[index]:
             target = buffer[at : at + stop - start]
             if accumulate:

@@ -26,7 +26,7 @@ class GradReduction(enum.Enum):
     REDUCE_SCATTER_EVERY_BACKWARD = "reduce-scatter in buckets during every backward, keeping only the partition"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Residence:
     """Where one copy lives: on the device, or at a registered offload device (its memory's
     placement, host or NVMe, is the device's own); and whether pinning was asked for."""
@@ -42,7 +42,7 @@ class Residence:
 ON_DEVICE = Residence()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StagePolicy:
     stage: int
     shards_optimizer_state: bool  # each rank keeps and steps only its partition of master and optimizer state
@@ -63,10 +63,14 @@ class StagePolicy:
 
 
 STAGE_POLICIES: dict[int, StagePolicy] = {
-    0: StagePolicy(0, False, False, False, GradReduction.ALL_REDUCE_AT_BOUNDARY),
-    1: StagePolicy(1, True, False, False, GradReduction.REDUCE_SCATTER_AT_BOUNDARY),
-    2: StagePolicy(2, True, True, False, GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
-    3: StagePolicy(3, True, True, True, GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
+    0: StagePolicy(stage=0, shards_optimizer_state=False, shards_gradients=False, shards_parameters=False,
+                   grad_reduction=GradReduction.ALL_REDUCE_AT_BOUNDARY),
+    1: StagePolicy(stage=1, shards_optimizer_state=True, shards_gradients=False, shards_parameters=False,
+                   grad_reduction=GradReduction.REDUCE_SCATTER_AT_BOUNDARY),
+    2: StagePolicy(stage=2, shards_optimizer_state=True, shards_gradients=True, shards_parameters=False,
+                   grad_reduction=GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
+    3: StagePolicy(stage=3, shards_optimizer_state=True, shards_gradients=True, shards_parameters=True,
+                   grad_reduction=GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
 }
 
 
@@ -86,4 +90,4 @@ def policy_for(zero: ZeroOptimizationConfig) -> StagePolicy:
 def _residence(block: OffloadOptimizerConfig | OffloadParamConfig | None) -> Residence:
     if block is None or block.device == "none":
         return ON_DEVICE
-    return Residence(block.device, pinned=bool(block.pin_memory))
+    return Residence(offload_device=block.device, pinned=bool(block.pin_memory))

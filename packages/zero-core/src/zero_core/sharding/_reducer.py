@@ -42,8 +42,9 @@ class GradReducer:
         buckets: Sequence[ReduceBucket],
         comm: Collectives,
         reduction: GradReduction,
-        overlap: bool,
         ledger: MemoryLedger,
+        *,
+        overlap: bool,
     ) -> None:
         if reduction is not _EVERY_BACKWARD:
             for bucket in buckets:
@@ -65,7 +66,7 @@ class GradReducer:
             for index, slot in enumerate(bucket.slots)
         ]
 
-    def begin(self, reduce: bool) -> None:
+    def begin(self, *, reduce: bool) -> None:
         """Start one backward; `reduce` is False on micro-batches before the accumulation boundary."""
         self._active = True
         self._reducing = reduce or self._reduction is _EVERY_BACKWARD
@@ -124,7 +125,7 @@ class GradReducer:
         if self._reduction is _EVERY_BACKWARD:
             # a second arrival is a second use of the parameter within one backward: it adds
             grad = cast(torch.Tensor, param.grad)  # a post-accumulate-grad hook runs once autograd has set it
-            bucket.write(self._buffer(bucket), index, grad.reshape(-1), index in bucket.arrived)
+            bucket.write(self._buffer(bucket), index, grad.reshape(-1), accumulate=index in bucket.arrived)
             param.grad = None
         bucket.arrived.add(index)
         if len(bucket.arrived) == len(bucket.slots):

@@ -49,8 +49,6 @@ class _InFlight:
 class SwappedMaster:
     """A Master in swap space; `home`: the host memory its buffers are in, which write-backs copy from."""
 
-    is_view = False
-
     def __init__(self, tensors: list[SwappedTensor], ranges: list[tuple[int, int]], flat: FlatStorage, home: Home,
                  pool: SwapPool, ledger: MemoryLedger) -> None:
         self.tensors = tensors
@@ -64,9 +62,6 @@ class SwappedMaster:
             for index, tensor in enumerate(tensors) for slot, offset in zip(tensor.slots, tensor.offsets)
         ]
         self.optimizer_params = [sub_group.param for sub_group in self._sub_groups]
-
-    def numels(self) -> list[int]:
-        return [tensor.numel for tensor in self.tensors]
 
     def load_grads(self, grads: Sequence[torch.Tensor]) -> None:
         cut = [grad[offset : offset + slot.numel]

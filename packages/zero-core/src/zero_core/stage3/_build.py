@@ -122,7 +122,7 @@ def _build_units(
     return units, group_units, group_masters
 
 
-def _make_whole(param: torch.nn.Parameter, context: BuildContext, trainable: bool) -> None:
+def _make_whole(param: torch.nn.Parameter, context: BuildContext, *, trainable: bool) -> None:
     """A persistent parameter: whole on every rank (trainable ones are flattened with their group later)."""
     if unit_of(param) is not None:
         param.data = param.data.clone()  # its Init unit's buffer is about to be dropped

@@ -23,6 +23,7 @@ class GatheredParameters:
         params: torch.nn.Parameter | Iterable[torch.nn.Parameter],
         modifier_rank: int | None = None,
         fwd_module: torch.nn.Module | None = None,
+        *,
         enabled: bool = True,
     ) -> None:
         """`fwd_module` is accepted for DeepSpeed compatibility and not needed here."""

@@ -73,7 +73,7 @@ class _ReleaseAfterBackward(torch.autograd.Function):
 
 class ModuleHooks:
     def __init__(self, root: torch.nn.Module, units: dict[torch.nn.Module, list[ParamUnit]],
-                 coordinator: GatherCoordinator, memory_efficient_linear: bool) -> None:
+                 coordinator: GatherCoordinator, *, memory_efficient_linear: bool) -> None:
         self._units = {module: list(found) for module, found in units.items()}
         self._mode = Stage3Mode(self.use, coordinator if memory_efficient_linear else None)
         self._mode_active = False

@@ -54,6 +54,7 @@ class Init:
         module: torch.nn.Module | None = None,
         config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         config_dict_or_path: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
         enabled: bool = True,
     ) -> None:
         """`config` (or DeepSpeed's `config_dict_or_path`): the ds_config, for the persistence threshold.

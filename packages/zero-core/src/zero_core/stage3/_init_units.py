@@ -42,7 +42,7 @@ class InitUnits:
         """Partition `module`'s own parameters that are still whole and above the threshold."""
         self.partition_params(type(module).__name__, [p for p in module._parameters.values() if p is not None])
 
-    def partition_params(self, name: str, params: list[torch.nn.Parameter], assigned: bool = False) -> None:
+    def partition_params(self, name: str, params: list[torch.nn.Parameter], *, assigned: bool = False) -> None:
         """Partition those of `params` that are still whole and above the threshold, as unit `name` (one per dtype).
 
         `assigned`: the values were assigned by the caller (loaded weights, _init_meta.py), who still holds them.
