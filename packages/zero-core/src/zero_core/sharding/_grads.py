@@ -89,13 +89,13 @@ class GradBuckets:
                     if slot.param.grad is not view:
                         slot.param.grad = view
 
-    def for_step(self, inv_scale: float) -> list[torch.Tensor]:
-        """The fp32 gradient of each bucket's owned part at the step's home, multiplied by `inv_scale`.
+    def for_step(self, owned: list[torch.Tensor], inv_scale: float) -> list[torch.Tensor]:
+        """The fp32 gradient of each bucket's `owned` part at the step's home, multiplied by `inv_scale`.
 
-        When these tensors are not what the step reads, its fp32 copies are made (kept where the home keeps
-        buffers, `optim.grad`) and these are freed before the step runs.
+        When the owned parts are not what the step reads, its fp32 copies are made (kept where the home keeps
+        buffers, `optim.grad`) and the buckets are released before the step runs.
         """
-        grads = [self.owned(index) for index in range(len(self))]
+        grads = owned
         if not self._read_in_place:
             copies = self._step_copies or [self._step_home.allocate(grad.numel(), torch.float32, Category.OPTIM_GRAD)
                                            for grad in grads]

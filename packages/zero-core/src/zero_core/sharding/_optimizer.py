@@ -112,7 +112,10 @@ class ZeroOptimizer:
             if clip > 1:
                 combined *= clip
         for group in self.groups:
-            group.master.load_grads(group.grads.for_step(1.0 / combined))
+            # The last group's `owned` views keep its buckets alive until the step returns, as the ledger's and
+            # zero-estimate's figures for the step expect (a released bucket's memory is freed otherwise).
+            owned = [group.grads.owned(index) for index in range(len(group.grads))]
+            group.master.load_grads(group.grads.for_step(owned, 1.0 / combined))
         self._homes.masters.step(self.optimizer, [group.master for group in self.groups])
         for group in self.groups:
             group.master.clear_grads()
