@@ -33,14 +33,14 @@ def zero_register_swap_backends(register: Callable[[str, type], None]) -> None:
 
 @hookimpl
 def zero_register_commands(cli: CommandTable) -> None:
-    from .swap import _cli
+    from .swap import add_swap_arguments, swap_command
 
     cli.add_command("swap", help="list the swap-I/O backends, or measure one against raw O_DIRECT (bench)",
-                    add_arguments=_cli.add_arguments, run=_cli.run)
+                    add_arguments=add_swap_arguments, run=swap_command)
 
 
 @hookimpl
 def zero_register_report_sections(register: Callable[[str, str, Callable[[], ReportTable]], None]) -> None:
-    from .swap import _report
+    from .swap import SWAP_REPORT_KEY, SWAP_REPORT_TITLE, swap_backends_table
 
-    register(_report.KEY, _report.TITLE, _report.swap_backends_table)
+    register(SWAP_REPORT_KEY, SWAP_REPORT_TITLE, swap_backends_table)

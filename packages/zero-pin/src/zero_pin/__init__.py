@@ -3,7 +3,7 @@
 DS_PIN_MEMORY_BACKEND selects the backend (default `torch`). Importing this package does not
 import torch; the backends do, when first used.
 """
-from ._accounting import pinned_memory_stats, pinned_memory_summary, track_pinned_storage
+from ._accounting import PinnedMemoryStats, pinned_memory_stats, pinned_memory_summary, track_pinned_storage
 from ._backend import PinBackend
 from ._cache import empty_cache
 from ._host_allocator import (
@@ -30,6 +30,7 @@ from ._select import (
 from .__about__ import __version__
 
 __all__ = [
+    "PinnedMemoryStats",
     "HostAllocatorStats",
     "MemlockLimitError",
     "NativeBuildError",

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from ._select import get_accelerator
 
 if TYPE_CHECKING:
-    from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
+    from zero_pin import PinnedMemoryStats
 
 GB = 1024**3
 

@@ -29,7 +29,7 @@ from .ruler import AllocatorBeside, AllocatorFigures, AllocatorRuler, OpTransien
 from .tracker import StorageTracker
 
 if TYPE_CHECKING:
-    from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
+    from zero_pin import PinnedMemoryStats
 
 # Phases whose new anonymous storages are activations (or their gradients).
 _ACTIVATION_PHASES = frozenset({"forward", "backward"})

@@ -9,7 +9,7 @@ from zero_plugins import Category, format_table
 from .levers import LeverSetup, measured_levers
 
 if TYPE_CHECKING:
-    from zero_pin._accounting import PinnedMemoryStats  # zero_pin does not re-export it
+    from zero_pin import PinnedMemoryStats
 
     from .ruler import AllocatorFigures
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         aligned_empty as aligned_empty,
         padded_nbytes as padded_nbytes,
     )
+    from ._cli import add_swap_arguments as add_swap_arguments, swap_command as swap_command
     from ._direct import (
         BUFFERED_ENV as BUFFERED_ENV,
         buffered_from_env as buffered_from_env,
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
         SwapError as SwapError,
         SwapIOError as SwapIOError,
         UnalignedBufferError as UnalignedBufferError,
+    )
+    from ._report import (
+        SWAP_REPORT_KEY as SWAP_REPORT_KEY,
+        SWAP_REPORT_TITLE as SWAP_REPORT_TITLE,
+        swap_backends_table as swap_backends_table,
     )
     from ._select import (
         ENV_VAR as ENV_VAR,

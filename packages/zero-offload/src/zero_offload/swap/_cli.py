@@ -15,7 +15,7 @@ from ._select import DEFAULT, ENV_VAR, REGISTRY, backend_listing, selected_name
 from ._units import format_bytes, parse_bytes, parse_list
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_swap_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     check = actions.add_parser("check", help="list the swap backends, which is selected, and why any is unavailable",
                                description="List the swap backends (ZERO_SWAP_BACKEND selects one), and with "
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_action_json_flag(bench)
 
 
-def run(args: argparse.Namespace) -> CommandResult:
+def swap_command(args: argparse.Namespace) -> CommandResult:
     return _check(args.path) if args.action == "check" else _bench(args)
 
 

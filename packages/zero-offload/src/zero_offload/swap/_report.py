@@ -6,8 +6,8 @@ from zero_core.report import ReportTable
 
 from ._select import DEFAULT, ENV_VAR, backend_listing
 
-KEY = "swap_backends"
-TITLE = f"swap backends ({ENV_VAR}, default {DEFAULT})"
+SWAP_REPORT_KEY = "swap_backends"
+SWAP_REPORT_TITLE = f"swap backends ({ENV_VAR}, default {DEFAULT})"
 
 
 def swap_backends_table() -> ReportTable:
