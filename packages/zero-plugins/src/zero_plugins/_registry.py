@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable, Generic, Protocol, TypedDict, TypeVar
 
@@ -52,6 +52,7 @@ class Registration(Generic[T]):
     provider: Provenance
 
 
+@dataclass(eq=False, kw_only=True)
 class NamedRegistry(Generic[T]):
     """Collects implementations of `base` registered through `hook_name`.
 
@@ -64,30 +65,20 @@ class NamedRegistry(Generic[T]):
     default:  the name used when env_var is unset; None where the caller chooses (auto-detection).
     """
 
-    def __init__(
-        self,
-        *,
-        kind: str,
-        hook_name: str,
-        hookspecs: ModuleType | type,
-        base: type,
-        env_var: str,
-        default: str | None = None,
-    ) -> None:
-        self.kind = kind
-        self.hook_name = hook_name
-        self.hookspecs = hookspecs
-        self.base = base
-        self.env_var = env_var
-        self.default = default
-        self._lock = threading.RLock()
-        # One instance per registered (name, class) for the whole process: a backend's state
-        # (the native pin backend's address ranges) must be shared by every caller.
-        self._instances: dict[tuple[str, type[T]], T] = {}
-        # Looking a name up calls every plugin's hook (~0.1 ms) and shared instances serve
-        # per-tensor calls, so a resolved name is remembered until the set of plugins changes.
-        self._resolved: dict[str, T] = {}
-        self._resolved_for: list[tuple[str, object]] = []
+    kind: str
+    hook_name: str
+    hookspecs: ModuleType | type
+    base: type
+    env_var: str
+    default: str | None = None
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    # One instance per registered (name, class) for the whole process: a backend's state
+    # (the native pin backend's address ranges) must be shared by every caller.
+    _instances: dict[tuple[str, type[T]], T] = field(default_factory=dict, init=False, repr=False)
+    # Looking a name up calls every plugin's hook (~0.1 ms) and shared instances serve
+    # per-tensor calls, so a resolved name is remembered until the set of plugins changes.
+    _resolved: dict[str, T] = field(default_factory=dict, init=False, repr=False)
+    _resolved_for: list[tuple[str, object]] = field(default_factory=list, init=False, repr=False)
 
     def registrations(self) -> dict[str, Registration[T]]:
         manager = use_hookspecs(self.hookspecs)

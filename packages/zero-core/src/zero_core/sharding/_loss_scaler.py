@@ -31,15 +31,20 @@ class LossScaler:
     def update(self, *, overflow: bool) -> None:
         """A static scale never changes."""
 
+    # What a checkpoint keeps, under DeepSpeed's attribute names.
+    STATE: tuple[str, ...] = ("cur_scale",)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"cur_scale": self.cur_scale}
+        return {name: getattr(self, name) for name in self.STATE}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.cur_scale = state["cur_scale"]
+        for name in self.STATE:
+            setattr(self, name, state[name])
 
 
 class DynamicLossScaler(LossScaler):
     dynamic = True
+    STATE = ("cur_scale", "cur_hysteresis", "cur_iter", "last_overflow_iter")
 
     def __init__(
         self,
@@ -88,19 +93,6 @@ class DynamicLossScaler(LossScaler):
                 self.cur_scale *= self.scale_factor
         self.cur_iter += 1
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "cur_scale": self.cur_scale,
-            "cur_hysteresis": self.cur_hysteresis,
-            "cur_iter": self.cur_iter,
-            "last_overflow_iter": self.last_overflow_iter,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.cur_scale = state["cur_scale"]
-        self.cur_hysteresis = state["cur_hysteresis"]
-        self.cur_iter = state["cur_iter"]
-        self.last_overflow_iter = state["last_overflow_iter"]
 
 
 def build_loss_scaler(config: ZeroConfig) -> LossScaler:

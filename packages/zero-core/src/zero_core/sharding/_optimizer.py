@@ -64,9 +64,7 @@ class ZeroOptimizer:
     def loss_scale(self) -> float:
         return self.loss_scaler.scale
 
-    @property
-    def cur_scale(self) -> float:
-        return self.loss_scaler.scale
+    cur_scale = loss_scale  # DeepSpeed's two names for it
 
     def zero_grad(self, *, set_to_none: bool = True) -> None:
         """Free the gradient buckets (or zero them in place with `set_to_none=False`)."""
