@@ -46,16 +46,8 @@ class DynamicLossScaler(LossScaler):
     dynamic = True
     STATE = ("cur_scale", "cur_hysteresis", "cur_iter", "last_overflow_iter")
 
-    def __init__(
-        self,
-        init_scale: float,
-        scale_window: int,
-        min_scale: float,
-        hysteresis: int,
-        *,
-        consecutive_hysteresis: bool = False,
-        raise_error_at_min_scale: bool = True,
-    ) -> None:
+    def __init__(self, init_scale: float, scale_window: int, min_scale: float, hysteresis: int, *,
+                 consecutive_hysteresis: bool = False, raise_error_at_min_scale: bool = True) -> None:
         super().__init__(init_scale)
         self.scale_factor = 2.0
         self.scale_window = scale_window
