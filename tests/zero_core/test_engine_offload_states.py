@@ -85,7 +85,7 @@ def test_state_names_are_deepspeeds_and_an_unknown_one_lists_them() -> None:
                                 "['contiguous_grad_buffer', 'hp_params', 'lp_grads', 'lp_params', 'optim_states']")
 
 
-def _contract(rank: int, world_size: int) -> dict[str, Any]:
+def _contract(rank: int) -> dict[str, Any]:
     import zero_core
     from zero_core import EngineMisuse
 
@@ -121,16 +121,17 @@ def _contract(rank: int, world_size: int) -> dict[str, Any]:
     return {"unchanged": before == after, "refused": refused, "losses": losses, "errors": errors}
 
 
-def _reference(rank: int, world_size: int) -> list[float]:
+def _reference(rank: int) -> list[float]:
     import zero_core
 
     engine, _, _, _ = zero_core.initialize(model=_model(), config=_config(2))
-    return _train(engine, rank, 3)[1:]
+    losses = _train(engine, rank, 3)[1:]
+    engine.destroy()
+    return losses
 
 
-def test_on_cpu_nothing_moves_but_training_waits_for_the_reload() -> None:
-    results = run_ranks(_contract, WORLD_SIZE, timeout=120)
-    result = results[0]
+def test_on_cpu_nothing_moves_but_training_waits_for_the_reload(runs: list[dict[Any, Any]]) -> None:
+    result = runs[0]["contract"]
     assert result["unchanged"], "the CPU accelerator's state is host memory already: the ledger does not change"
     assert result["refused"] == {
         "backward": "engine.backward() while engine.offload_states() has moved optim_states off the accelerator; "
@@ -141,10 +142,10 @@ def test_on_cpu_nothing_moves_but_training_waits_for_the_reload() -> None:
                    "call engine.reload_states() first"}
     assert result["errors"] == {"nvme": "engine.offload_states moves states to host memory only; pass device='cpu' "
                                         "(got 'nvme')"}, "device='none' only warns, as in DeepSpeed"
-    assert [r["losses"] for r in results] == run_ranks(_reference, WORLD_SIZE, timeout=120)
+    assert [r["contract"]["losses"] for r in runs] == [r["reference"] for r in runs]
 
 
-def _round_trip(rank: int, world_size: int, stage: int, precision: str, offload: bool) -> dict[str, Any]:
+def _round_trip(rank: int, stage: int, precision: str, offload: bool) -> dict[str, Any]:
     import zero_core
     from zero_core.engine._state_moves import StateMover
 
@@ -164,11 +165,27 @@ def _round_trip(rank: int, world_size: int, stage: int, precision: str, offload:
     return {"losses": losses, "where": where}
 
 
+def _precision(stage: int) -> str:
+    return "fp32" if stage == 1 else "bf16"  # fp32: the master is the weights themselves
+
+
+def _every_run(rank: int, world_size: int) -> dict[Any, Any]:
+    """Every engine the tests look at, one after the other in one 2-rank job (one spawn, not eight)."""
+    runs: dict[Any, Any] = {"contract": _contract(rank), "reference": _reference(rank)}
+    for stage in STAGES:
+        for offload in (True, False):
+            runs[stage, offload] = _round_trip(rank, stage, _precision(stage), offload)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[dict[Any, Any]]:
+    return run_ranks(_every_run, WORLD_SIZE, timeout=300)
+
+
 @pytest.mark.parametrize("stage", STAGES)
-def test_moved_states_leave_the_device_and_training_goes_on_unchanged(stage: int) -> None:
-    precision = "fp32" if stage == 1 else "bf16"  # fp32: the master is the weights themselves
-    moved = run_ranks(_round_trip, WORLD_SIZE, stage, precision, True, timeout=120)
-    plain = run_ranks(_round_trip, WORLD_SIZE, stage, precision, False, timeout=120)
+def test_moved_states_leave_the_device_and_training_goes_on_unchanged(runs: list[dict[Any, Any]], stage: int) -> None:
+    moved, plain = [r[stage, True] for r in runs], [r[stage, False] for r in runs]
     assert [r["losses"] for r in moved] == [r["losses"] for r in plain], "bit for bit after the round trip"
     where = dict(moved[0]["where"])
     held = where.pop("held")
