@@ -35,22 +35,15 @@ class Payload:
         return os.system, (f"touch {self.marker}",)
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("trust") / "checkpoints"
-    client_state = {"epoch": 3, "mask": torch.ones(2), "seen": {1, 2}, "pair": (0.5, "a"), "nested": {"k": [None, b"x"]}}
-    run_ranks(save_small_checkpoint, 1, str(root), "good", client_state, timeout=120)
-    return root
+CLIENT_STATE = {"epoch": 3, "mask": torch.ones(2), "seen": {1, 2}, "pair": (0.5, "a"), "nested": {"k": [None, b"x"]}}
 
 
-def _tampered_metadata(saved: Path, tmp_path: Path) -> tuple[Path, Path]:
-    root, marker = tmp_path / "tampered", tmp_path / "ran"
+def _tamper_metadata(saved: Path, root: Path, marker: Path) -> None:
     shutil.copytree(saved, root)
     (root / "good" / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
-    return root, marker
 
 
-def _load(rank: int, world_size: int, root: str, trust: bool) -> str:
+def _load(root: Path, trust: bool) -> str:
     engine = small_trained_engine()
     try:
         engine.load_checkpoint(root, trust_checkpoint=trust)
@@ -61,24 +54,58 @@ def _load(rank: int, world_size: int, root: str, trust: bool) -> str:
         engine.destroy()
 
 
-def _client_state(rank: int, world_size: int, root: str) -> dict[str, Any]:
+def _client_state(root: Path) -> dict[str, Any]:
     engine = small_trained_engine()
     _, client_state = engine.load_checkpoint(root)
     engine.destroy()
     return dict(client_state)
 
 
-def test_a_valid_checkpoint_loads_its_client_state_without_trust(saved: Path) -> None:
-    state = run_ranks(_client_state, 1, str(saved), timeout=120)[0]
+def _every_engine_call(rank: int, world_size: int, tmp: str) -> dict[str, Any]:
+    """Every save and load the tests look at, in one 1-rank job (one spawn, not eight); the paths are `_paths(tmp)`."""
+    paths = _paths(Path(tmp))
+    save_small_checkpoint(rank, world_size, str(paths["saved"]), "good", CLIENT_STATE)
+    _tamper_metadata(paths["saved"], paths["tampered"], paths["tampered marker"])
+    results: dict[str, Any] = {"client state": _client_state(paths["saved"]),
+                               "tampered": _load(paths["tampered"], False)}
+    _save_with_training_payload(paths["training"], paths["training marker"])
+    results["training"] = _load(paths["training"], False)
+    results["training ran untrusted"] = paths["training marker"].exists()
+    results["training trusted"] = _load(paths["training"], True)  # the user trusts it: it runs, as asked
+    results["refused"] = _refused_client_states(paths["refused"])
+    results["deepspeed"] = _load(paths["deepspeed"], False)
+    return results
+
+
+def _paths(tmp: Path) -> dict[str, Path]:
+    return {"saved": tmp / "checkpoints", "tampered": tmp / "tampered", "tampered marker": tmp / "tampered.ran",
+            "training": tmp / "training", "training marker": tmp / "training.ran", "refused": tmp / "refused",
+            "deepspeed": tmp / "ds", "deepspeed marker": tmp / "ds.ran"}
+
+
+EngineCalls = tuple[dict[str, Path], dict[str, Any]]  # (_paths(tmp), _every_engine_call's results)
+
+
+@pytest.fixture(scope="module")
+def engine_calls(tmp_path_factory: pytest.TempPathFactory) -> EngineCalls:
+    """The paths `_every_engine_call` wrote (and the DeepSpeed save_dir made here first) and its results."""
+    tmp = tmp_path_factory.mktemp("trust")
+    paths = _paths(tmp)
+    _deepspeed_dir(paths["deepspeed"], paths["deepspeed marker"])
+    return paths, run_ranks(_every_engine_call, 1, str(tmp), timeout=240)[0]
+
+
+def test_a_valid_checkpoint_loads_its_client_state_without_trust(engine_calls: EngineCalls) -> None:
+    state = engine_calls[1]["client state"]
     assert state["epoch"] == 3 and torch.equal(state["mask"], torch.ones(2)) and state["seen"] == {1, 2}
     assert state["pair"] == (0.5, "a") and state["nested"] == {"k": [None, b"x"]}
 
 
-def test_a_replaced_metadata_file_runs_in_no_reader(saved: Path, tmp_path: Path, capsys: Any) -> None:
+def test_a_replaced_metadata_file_runs_in_no_reader(engine_calls: EngineCalls, tmp_path: Path, capsys: Any) -> None:
     from zero_core import get_fp32_state_dict_from_zero_checkpoint
 
-    root, marker = _tampered_metadata(saved, tmp_path)
-    message = run_ranks(_load, 1, str(root), False, timeout=120)[0]
+    paths, results = engine_calls
+    root, marker, message = paths["tampered"], paths["tampered marker"], results["tampered"]
     assert "posix.system" in message and "trust_checkpoint=True" in message, message
     code, out, _ = run_main(capsys, "checkpoint", "inspect", str(root))
     assert code == 1 and "complete" in out and "posix.system" in out, out
@@ -89,32 +116,35 @@ def test_a_replaced_metadata_file_runs_in_no_reader(saved: Path, tmp_path: Path,
     assert not marker.exists(), "the payload ran"
 
 
-def _save_with_training_payload(rank: int, world_size: int, root: str, marker: str) -> None:
+def _save_with_training_payload(root: Path, marker: Path) -> None:
     """A valid checkpoint whose `training` object is a payload, as a tampered DCP data file would carry it."""
     from zero_core.checkpoint import _save
 
     real = _save.save_object
 
     def tampered(value: Any) -> io.BytesIO:
-        return real(Payload(Path(marker))) if isinstance(value, dict) and "counters" in value else real(value)
+        return real(Payload(marker)) if isinstance(value, dict) and "counters" in value else real(value)
 
     _save.save_object = tampered
-    engine = small_trained_engine()
-    engine.save_checkpoint(root, tag="evil")
-    engine.destroy()
+    try:
+        engine = small_trained_engine()
+        engine.save_checkpoint(root, tag="evil")
+        engine.destroy()
+    finally:
+        _save.save_object = real  # the later saves of the same process are untampered
 
 
-def test_a_replaced_training_object_runs_only_when_trusted(tmp_path: Path) -> None:
-    root, marker = tmp_path / "checkpoints", tmp_path / "ran"
-    run_ranks(_save_with_training_payload, 1, str(root), str(marker), timeout=120)
-    message = run_ranks(_load, 1, str(root), False, timeout=120)[0]
+def test_a_replaced_training_object_runs_only_when_trusted(engine_calls: EngineCalls) -> None:
+    paths, results = engine_calls
+    message = results["training"]
     assert "`training` object" in message and "posix.system" in message, message
-    assert not marker.exists(), "the payload ran"
-    message = run_ranks(_load, 1, str(root), True, timeout=120)[0]  # the user trusts it: it runs, as asked
-    assert marker.exists() and "its `training` object is a int, not zero's training state" in message, message
+    assert not results["training ran untrusted"], "the payload ran"
+    message = results["training trusted"]
+    assert paths["training marker"].exists() and "its `training` object is a int, not zero's training state" \
+        in message, message
 
 
-def _refused_client_states(rank: int, world_size: int, root: str) -> list[str]:
+def _refused_client_states(root: Path) -> list[str]:
     import numpy
 
     engine = small_trained_engine()
@@ -129,9 +159,10 @@ def _refused_client_states(rank: int, world_size: int, root: str) -> list[str]:
     return messages
 
 
-def test_client_state_that_would_run_code_is_refused_at_save_naming_its_key(tmp_path: Path) -> None:
-    root = tmp_path / "checkpoints"
-    lambda_, listed, array, generator = run_ranks(_refused_client_states, 1, str(root), timeout=120)[0]
+def test_client_state_that_would_run_code_is_refused_at_save_naming_its_key(engine_calls: EngineCalls) -> None:
+    paths, results = engine_calls
+    root = paths["refused"]
+    lambda_, listed, array, generator = results["refused"]
     assert "client_state['fn'] is a builtins.function" in lambda_, lambda_
     assert "client_state=...) must be a dict (got a list)" in listed, listed
     assert "client_state['rng'] is a numpy.ndarray" in array and "torch.from_numpy" in array, array
@@ -139,29 +170,30 @@ def test_client_state_that_would_run_code_is_refused_at_save_naming_its_key(tmp_
     assert not root.exists() or not any(root.iterdir()), "nothing was written"
 
 
-def _deepspeed_dir(tmp_path: Path, marker: Path) -> Path:
+def _deepspeed_dir(save_dir: Path, marker: Path) -> Path:
     """DeepSpeed's save_dir layout whose model-states file is a payload."""
-    tag = tmp_path / "ds" / "global_step1"
+    tag = save_dir / "global_step1"
     tag.mkdir(parents=True)
     torch.save({"module": {"w": torch.ones(2)}, "payload": Payload(marker)}, tag / "mp_rank_00_model_states.pt")
     torch.save({"optimizer_state_dict": {}}, tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
-    (tmp_path / "ds" / "latest").write_text("global_step1")
-    return tag.parent
+    (save_dir / "latest").write_text("global_step1")
+    return save_dir
 
 
-def test_a_deepspeed_checkpoint_with_a_payload_runs_in_no_reader(tmp_path: Path, capsys: Any) -> None:
-    marker = tmp_path / "ran"
-    ds = _deepspeed_dir(tmp_path, marker)
+def test_a_deepspeed_checkpoint_with_a_payload_runs_in_no_reader(engine_calls: EngineCalls, tmp_path: Path,
+                                                                 capsys: Any) -> None:
+    paths, results = engine_calls
+    ds, marker = paths["deepspeed"], paths["deepspeed marker"]
     code, out, err = run_main(capsys, "checkpoint", "import", str(ds), str(tmp_path / "out"))
     assert (code, out) == (2, "") and "posix.system" in err and "--trust-checkpoint" in err, err
-    message = run_ranks(_load, 1, str(ds), False, timeout=120)[0]
+    message = results["deepspeed"]
     assert "posix.system" in message, message
     assert not marker.exists(), "the payload ran"
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_inspect_names_a_deepspeed_checkpoint_and_the_import(tmp_path: Path, capsys: Any) -> None:
-    ds = _deepspeed_dir(tmp_path, tmp_path / "ran")
+    ds = _deepspeed_dir(tmp_path / "ds", tmp_path / "ran")
     for target in (ds, ds / "global_step1"):
         code, out, err = run_main(capsys, "checkpoint", "inspect", str(target))
         assert (code, out) == (2, "") and "is a DeepSpeed checkpoint" in err and "zero checkpoint import" in err, err
