@@ -63,7 +63,7 @@ def _reference() -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
-def _train(rank: int, world_size: int, register: bool) -> dict[str, Any]:
+def _train(rank: int, register: bool) -> dict[str, Any]:
     import zero_core
 
     torch.manual_seed(0)
@@ -77,20 +77,32 @@ def _train(rank: int, world_size: int, register: bool) -> dict[str, Any]:
             losses.append(loss.item())
     except ValueError as error:
         return {"error": str(error)}
-    return {"losses": losses, "state": engine.module_state_dict()}
+    state = engine.module_state_dict()
+    engine.destroy()
+    return {"losses": losses, "state": state}
 
 
-def test_a_registered_parameter_is_gathered_for_the_module_that_uses_it() -> None:
-    results = run_ranks(_train, WORLD_SIZE, True, timeout=60)
+def _both(rank: int, world_size: int) -> dict[bool, dict[str, Any]]:
+    """Registered, then unregistered (whose forward fails), in one 2-rank job: one spawn, not two."""
+    return {register: _train(rank, register) for register in (True, False)}
+
+
+@pytest.fixture(scope="module")
+def trained() -> list[dict[bool, dict[str, Any]]]:
+    return run_ranks(_both, WORLD_SIZE, timeout=90)
+
+
+def test_a_registered_parameter_is_gathered_for_the_module_that_uses_it(
+        trained: list[dict[bool, dict[str, Any]]]) -> None:
+    result = trained[0][True]
     reference_losses, reference_state = _reference()
-    assert results[0]["losses"] == pytest.approx(reference_losses, rel=1e-6)
-    for name, value in results[0]["state"].items():
+    assert result["losses"] == pytest.approx(reference_losses, rel=1e-6)
+    for name, value in result["state"].items():
         torch.testing.assert_close(value, reference_state[name], rtol=1e-6, atol=1e-7, msg=name)
 
 
-def test_unregistered_the_shape_read_sees_the_released_weight() -> None:
-    results = run_ranks(_train, WORLD_SIZE, False, timeout=60)
-    assert results[0] == {"error": "not enough values to unpack (expected 2, got 1)"}, \
+def test_unregistered_the_shape_read_sees_the_released_weight(trained: list[dict[bool, dict[str, Any]]]) -> None:
+    assert trained[0][False] == {"error": "not enough values to unpack (expected 2, got 1)"}, \
         "the registration is what makes the model work"
 
 
