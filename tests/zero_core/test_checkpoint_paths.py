@@ -63,7 +63,7 @@ def _attempt(action: Any) -> str:
         return str(error)
 
 
-def _one_rank_paths(rank: int, world_size: int, root: str, outside: str) -> dict[str, str]:
+def _one_rank_paths(root: str, outside: str) -> dict[str, str]:
     engine = small_trained_engine()
     save_dir = Path(root)
     results = {f"tag {tag!r}": _attempt(lambda t=tag: engine.save_checkpoint(root, tag=t)) for tag in
@@ -83,14 +83,28 @@ def _one_rank_paths(rank: int, world_size: int, root: str, outside: str) -> dict
     return results
 
 
-def test_tags_and_latest_never_reach_outside_save_dir(tmp_path: Path) -> None:
-    root, outside = tmp_path / "save", tmp_path / "outside"
+def _one_rank_jobs(rank: int, world_size: int, tmp: str) -> dict[str, str]:
+    """The export tests' checkpoint (`tmp`/checkpoints), then `_one_rank_paths`: one 1-rank spawn, not two."""
+    save_small_checkpoint(rank, world_size, str(Path(tmp) / "checkpoints"), "t", {})
+    return _one_rank_paths(str(Path(tmp) / "save"), str(Path(tmp) / "outside"))
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The folder `_one_rank_jobs` wrote in (its save/ and outside/ made here first), and its results."""
+    tmp = tmp_path_factory.mktemp("paths")
+    root, outside = tmp / "save", tmp / "outside"
     outside.mkdir()
     (outside / "precious.txt").write_text("mine")
     (root / ".notes.tmp").mkdir(parents=True)  # another program's
     (root / ".notes.tmp" / "draft").write_text("keep")
     (root / ".x.tmp").write_text("keep")
-    results = run_ranks(_one_rank_paths, 1, str(root), str(outside), timeout=120)[0]
+    return tmp, run_ranks(_one_rank_jobs, 1, str(tmp), timeout=180)[0]
+
+
+def test_tags_and_latest_never_reach_outside_save_dir(one_rank: tuple[Path, dict[str, str]]) -> None:
+    tmp, results = one_rank
+    root, outside = tmp / "save", tmp / "outside"
     for tag in REFUSED_TAGS:
         assert "is not a valid checkpoint tag" in results[f"tag {tag!r}"], (tag, results[f"tag {tag!r}"])
     assert "holds a path separator" in results[f"tag {str(outside)!r}"]
@@ -105,7 +119,7 @@ def test_tags_and_latest_never_reach_outside_save_dir(tmp_path: Path) -> None:
     assert not list(root.glob(".zero-*")), "the save's own staging is gone"
 
 
-def _different_tags(rank: int, world_size: int, root: str, mode: str) -> str:
+def _different_tags(rank: int, root: str, mode: str) -> str:
     engine = small_trained_engine({**SMALL_CONFIG, "checkpoint": {"tag_validation": mode}})
     result = _attempt(lambda: engine.save_checkpoint(root, tag=f"step-of-rank{rank}"))
     if result == "ok":
@@ -114,21 +128,24 @@ def _different_tags(rank: int, world_size: int, root: str, mode: str) -> str:
     return result
 
 
+def _both_validations(rank: int, world_size: int, tmp: str) -> dict[str, str]:
+    """tag_validation Fail into `tmp`/fail, then Warn into `tmp`/warn, in one 2-rank spawn (not two)."""
+    return {mode: _different_tags(rank, str(Path(tmp) / mode.lower()), mode) for mode in ("Fail", "warn")}
+
+
 def test_ranks_with_different_tags_fail_together_before_writing(tmp_path: Path) -> None:
-    failed = run_ranks(_different_tags, 2, str(tmp_path / "fail"), "Fail", timeout=120)
+    per_rank = run_ranks(_both_validations, 2, str(tmp_path), timeout=180)
+    failed, warned = [r["Fail"] for r in per_rank], [r["warn"] for r in per_rank]
     assert failed[0] == failed[1] and "the ranks passed different tags (rank 0 'step-of-rank0', rank 1 " \
         "'step-of-rank1'); nothing was written" in failed[0], failed
     assert not (tmp_path / "fail").exists() or not any((tmp_path / "fail").iterdir())
-    warned = run_ranks(_different_tags, 2, str(tmp_path / "warn"), "warn", timeout=120)
     assert warned == ["ok", "ok"] and (tmp_path / "warn" / "latest").read_text() == "step-of-rank0"
     assert sorted(p.name for p in (tmp_path / "warn").iterdir()) == ["latest", "step-of-rank0"]
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("paths") / "checkpoints"
-    run_ranks(save_small_checkpoint, 1, str(root), "t", {}, timeout=120)
-    return root
+def saved(one_rank: tuple[Path, dict[str, str]]) -> Path:
+    return one_rank[0] / "checkpoints"
 
 
 def _another_model(out: Path, sharded: bool) -> dict[str, bytes]:
