@@ -98,7 +98,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_and_latest(tmp_path
     assert (tmp_path / "latest").read_text() == "first"
 
 
-def _async_save_while_training(rank: int, world_size: int, save_dir: str) -> dict[str, Any]:
+def _async_save_while_training(save_dir: str) -> dict[str, Any]:
     """Save asynchronously, step on at once (the step waits for the snapshot, not the write), then load it back."""
     import zero_core
 
@@ -124,20 +124,26 @@ def _async_save_while_training(rank: int, world_size: int, save_dir: str) -> dic
             "equal": all(torch.equal(loaded[k], v) for k, v in at_save.items())}
 
 
-def test_an_asynchronous_save_holds_the_weights_of_its_call_while_training_goes_on(tmp_path: Path) -> None:
-    result = run_ranks(_async_save_while_training, 2, str(tmp_path), timeout=240)[0]
-    assert result["path"] == result["published"] == str(tmp_path / "async")
+def test_an_asynchronous_save_holds_the_weights_of_its_call_while_training_goes_on(loads: Any) -> None:
+    root, _, results = loads
+    result, save_dir = results["async"], root / "async-save"
+    assert result["path"] == result["published"] == str(save_dir / "async")
     assert result["moved"], "the steps after the save changed the weights"
     assert result["equal"], "the checkpoint holds the weights as they were when save_checkpoint was called"
     assert result["returned"] < result["waited"]
-    assert (tmp_path / "latest").read_text() == "async"
+    assert (save_dir / "latest").read_text() == "async"
 
 
 def _small_config(stage: int) -> dict[str, Any]:
     return {**CONFIG, "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": HIDDEN}}
 
 
-def _train_and_save(rank: int, world_size: int, root: str) -> dict[str, torch.Tensor]:
+def _saves(rank: int, world_size: int, root: str) -> dict[str, Any]:
+    """`_train_and_save`, and the asynchronous save into `async-save`: one 2-rank spawn, not two."""
+    return {"state": _train_and_save(root), "async": _async_save_while_training(str(Path(root) / "async-save"))}
+
+
+def _train_and_save(root: str) -> dict[str, torch.Tensor]:
     """Save twice at step 1: with everything (`full`), and without the frozen base (`adapters`)."""
     import zero_core
 
@@ -207,10 +213,10 @@ def _loads(rank: int, world_size: int, root: str) -> dict[str, tuple[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def loads(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor], dict[str, tuple[str, Any]]]:
+def loads(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor], dict[str, Any]]:
     root = tmp_path_factory.mktemp("small")
-    saved = run_ranks(_train_and_save, 2, str(root), timeout=180)[0]
-    return root, saved, run_ranks(_loads, 2, str(root), timeout=240)[0]
+    saves = run_ranks(_saves, 2, str(root), timeout=300)[0]
+    return root, saves["state"], {"async": saves["async"], **run_ranks(_loads, 2, str(root), timeout=240)[0]}
 
 
 def test_checkpoints_of_other_models_and_missing_tags_fail_with_one_error(loads: Any) -> None:
