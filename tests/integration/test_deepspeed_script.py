@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from deepspeed_peer import import_deepspeed
 from multirank import run_ranks
 
 WORLD_SIZE = 2
@@ -35,7 +36,7 @@ def _run_script(rank: int, world_size: int, module_name: str, root: str) -> dict
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    deepspeed = importlib.import_module(module_name)
+    deepspeed = import_deepspeed() if module_name == "deepspeed" else importlib.import_module(module_name)
     return script.main(deepspeed, ["--deepspeed", "--deepspeed_config", f"{root}/ds_config.json",
                                    "--save_dir", f"{root}/{module_name}"])
 

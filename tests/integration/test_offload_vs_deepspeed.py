@@ -39,7 +39,9 @@ def ds_config(stage: int, offload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _train_both(rank: int, world_size: int) -> dict[tuple[str, str], dict[str, Any]]:
-    import deepspeed
+    from deepspeed_peer import import_deepspeed
+
+    deepspeed = import_deepspeed()
     import zero_core
 
     data = torch.randint(0, VOCAB, (STEPS, 2, world_size, 2, 16), generator=torch.Generator().manual_seed(8))

@@ -88,7 +88,9 @@ def _case_dir(root: str, stage: int, dtype: str) -> str:
 
 def _deepspeed_then_zero(rank: int, world_size: int, root: str) -> dict[tuple[str, int, str], Any]:
     """On 2 ranks: DeepSpeed trains and saves, DeepSpeed resumes (the reference), zero resumes."""
-    import deepspeed
+    from deepspeed_peer import import_deepspeed
+
+    deepspeed = import_deepspeed()
     import zero_core
 
     deepspeed.init_distributed(dist_backend="gloo")
