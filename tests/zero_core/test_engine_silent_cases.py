@@ -11,7 +11,8 @@ import pytest
 import torch
 import zero_core
 from zero_plugins.ds_config import ConfigError, NonFiniteStepsConfig
-from zero_core.sharding import SwapPool, SwapSettings
+from zero_core.offload import SwapSettings
+from zero_core.sharding import SwapPool
 from zero_plugins import ZeroError
 
 pytestmark = pytest.mark.usefixtures("solo_process_group")

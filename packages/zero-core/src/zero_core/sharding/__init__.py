@@ -36,7 +36,6 @@ from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_schedule
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
 from ._storage import FlatStorage
 from ._swap_pool import SwappedTensor, SwapPool
-from ..offload import SwapSettings
 from ._swapped_master import SwappedMaster
 
 __all__ = [
@@ -69,7 +68,6 @@ __all__ = [
     "ShardedGroup",
     "ShardedState",
     "SwapPool",
-    "SwapSettings",
     "SwappedMaster",
     "SwappedTensor",
     "Slot",
