@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..memory import MemoryLedger
-from ..offload import OffloadDevice, OffloadDevices, SwapSpace
+from ..offload import OffloadDevice, OffloadDevices, SwapSettings, SwapSpace
 from ._home import DeviceHome, Home, HostHome
 from ._master_homes import DeviceMasters, HostMasters, MasterHome, SwappedMasters, ViewMasters
 from ._swap_pool import SwapPool
-from ..offload import SwapSettings
 
 
 @dataclass
