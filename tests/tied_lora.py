@@ -1,6 +1,9 @@
-"""A small model with every kind of parameter the engine must handle, shared by offload and checkpoint tests:
-an embedding tied to the output head, a frozen base linear under a LoRA adapter, and LayerNorms small
-enough to stay whole at stage 3."""
+"""Small models with tied and frozen parameters, shared by offload, checkpoint and DeepSpeed-call tests.
+
+TiedLoRA has every kind of parameter the engine must handle: an embedding tied to the output head, a
+frozen base linear under a LoRA adapter, and LayerNorms small enough to stay whole at stage 3.
+TiedFrozen is the smallest such model: a linear "embedding" whose weight the head shares, a frozen
+linear between."""
 from __future__ import annotations
 
 import torch
@@ -26,3 +29,16 @@ class TiedLoRA(torch.nn.Module):
         h = h + self.down(F.gelu(self.up(h)))
         logits = self.head(self.norm(h))
         return F.cross_entropy(logits.float().reshape(-1, VOCAB), ids.roll(-1, 1).reshape(-1))
+
+
+class TiedFrozen(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(width, width, bias=False)
+        self.frozen = torch.nn.Linear(width, width)
+        self.frozen.requires_grad_(False)
+        self.head = torch.nn.Linear(width, width, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.frozen(self.embed(x)))

@@ -19,25 +19,12 @@ import pytest
 import torch
 
 from multirank import run_ranks
+from tied_lora import TiedFrozen
 
 WORLD_SIZE = 2
 STAGES = (0, 1, 2, 3)
 LR = 0.1
 
-
-class _Tied(torch.nn.Module):
-    """An embedding whose weight the output layer shares, and a frozen layer between."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Linear(6, 6, bias=False)
-        self.frozen = torch.nn.Linear(6, 6)
-        self.frozen.requires_grad_(False)
-        self.head = torch.nn.Linear(6, 6, bias=False)
-        self.head.weight = self.embed.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.frozen(self.embed(x)))
 
 
 def _config(stage: int, **zero: Any) -> dict[str, Any]:
@@ -140,7 +127,7 @@ def _consolidated(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
     for stage in STAGES:
         torch.manual_seed(0)
         config = {**_config(stage, stage3_gather_16bit_weights_on_model_save=stage == 3), "bf16": {"enabled": True}}
-        engine, _, _, _ = zero_core.initialize(model=_Tied(), config=config)
+        engine, _, _, _ = zero_core.initialize(model=TiedFrozen(6), config=config)
         engine.backward(engine(torch.randn(2, 6, dtype=torch.bfloat16)).float().pow(2).mean())
         engine.step()
         full = engine._zero3_consolidated_16bit_state_dict()

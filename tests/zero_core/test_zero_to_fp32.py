@@ -16,20 +16,18 @@ import pytest
 import torch
 
 from multirank import run_ranks
+from tied_lora import TiedFrozen
 
 TIED = ("embed.weight", "head.weight")
 FROZEN = {"frozen.weight", "frozen.bias"}
 BUFFERS = {"scale", "seen"}
 
 
-class _Model(torch.nn.Module):
+class _Model(TiedFrozen):
+    """TiedFrozen with a float and an int64 buffer, which checkpoints carry but training never updates."""
+
     def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Linear(8, 8, bias=False)
-        self.frozen = torch.nn.Linear(8, 8)
-        self.frozen.requires_grad_(False)
-        self.head = torch.nn.Linear(8, 8, bias=False)
-        self.head.weight = self.embed.weight
+        super().__init__(8)
         self.register_buffer("scale", torch.full((8,), 0.5))
         self.register_buffer("seen", torch.tensor([3, 4], dtype=torch.int64))
 
