@@ -78,6 +78,9 @@ def main() -> None:
             again = loaded.generate(input_ids=prompt.to(loaded.device), max_new_tokens=8, do_sample=False)
         print(f"the saved model, loaded with from_pretrained on one process, generates the same: "
               f"{torch.equal(again.cpu(), generated.cpu())}")
+    # torch's rule for every process group: destroy it before the process ends. A gloo rank that leaves
+    # without this can abort at exit ("terminate called without an active exception").
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def main() -> None:
         print(f"\n{params / 1e6:.2f}M parameters, ZeRO stage {stage}, {world} ranks: rank 0 memory ledger")
         print(engine.memory_report())
     engine.destroy()
+    torch.distributed.destroy_process_group()  # torch's rule: before the process ends, on every rank
 
 
 if __name__ == "__main__":
