@@ -10,6 +10,7 @@ from ._select import (
     reset_accelerator,
     select_accelerator,
     set_accelerator,
+    using_accelerator,
 )
 from .abstract import Accelerator
 
@@ -26,4 +27,5 @@ __all__ = [
     "pinned_stats",
     "see_memory_usage",
     "set_accelerator",
+    "using_accelerator",
 ]

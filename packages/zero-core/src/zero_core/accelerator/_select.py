@@ -1,6 +1,8 @@
 """Choosing the accelerator: DS_ACCELERATOR by name, or auto-detection by priority."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from zero_plugins import NamedRegistry, ZeroError
@@ -75,3 +77,14 @@ def reset_accelerator() -> None:
     """Forget the choice, so the next get_accelerator() reads DS_ACCELERATOR again."""
     global _selected
     _selected = None
+
+
+@contextmanager
+def using_accelerator(accelerator: Accelerator, reason: str) -> Iterator[None]:
+    """Use this accelerator inside the block (a dry run's), then whatever was chosen before, or nothing yet."""
+    global _selected
+    previous, _selected = _selected, Selection(accelerator, reason)
+    try:
+        yield
+    finally:
+        _selected = previous

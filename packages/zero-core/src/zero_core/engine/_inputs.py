@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from zero_plugins import ZeroError
 
+from ..memory import read_bool
+
 _FIX_TRAINABLE = ("set requires_grad before zero_core.initialize, or call engine.destroy() and initialize the model "
                   "again")
 
@@ -90,7 +92,7 @@ class LossWatch:
     def check(self, step: int) -> None:
         """Called once the step's gradients are known to be finite, before anything is updated."""
         nan, self._nan = self._nan, None
-        if nan is not None and bool(nan):
+        if nan is not None and read_bool(nan, if_fake=False):
             # NaN with finite gradients is 0/0: a mean over no elements, whose gradients are all zero.
             raise ZeroError(f"step {step}: a loss since the last step was NaN while every gradient is finite: it was "
                             "reduced over zero elements (an empty batch, or every label ignored), and the step would "

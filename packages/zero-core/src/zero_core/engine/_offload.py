@@ -18,7 +18,7 @@ import torch
 
 from ..accelerator import Accelerator
 from ..comm import Collectives
-from ..memory import MemoryLedger, Placement
+from ..memory import MemoryLedger, Placement, read_int
 from ..offload import (
     OffloadDevice,
     OffloadDevices,
@@ -91,7 +91,7 @@ def _shared_run_id(comm: Collectives, accelerator: Accelerator) -> str:
     device = accelerator.device(accelerator.current_device())
     value = torch.tensor([secrets.randbits(62) if comm.rank == 0 else 0], dtype=torch.int64, device=device)
     comm.broadcast(value)
-    return f"{int(value.item()):016x}"
+    return f"{read_int(value, if_fake=0):016x}"
 
 
 def _check_capacity(plans: list[tuple[OffloadDevice, OffloadPlan]]) -> None:

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from .active import pop_tracker, push_tracker
+from .fake import counts_fake_tensors, is_fake
 
 # Called with (storage nbytes, device string) when a new storage appears; the ledger
 # uses it to label storages it does not own as activations or other.
@@ -66,7 +67,7 @@ class StorageTracker(TorchDispatchMode):
     # --- tracking ---
     def track(self, tensor: torch.Tensor) -> None:
         """Count a tensor's storage if it is new (also usable outside the mode, e.g. for inputs)."""
-        if tensor.device.type == "meta" or _is_fake(tensor):
+        if tensor.device.type == "meta" or (is_fake(tensor) and not counts_fake_tensors()):
             return
         storage = tensor.untyped_storage()
         key = storage._cdata
@@ -112,8 +113,3 @@ class StorageTracker(TorchDispatchMode):
         pop_tracker(self)  # first: it refuses an out-of-order exit before torch's mode stack changes
         super().__exit__(*exc)  # type: ignore[no-untyped-call]  # unannotated in torch (see __init__)
 
-
-def _is_fake(tensor: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(tensor, FakeTensor)

@@ -30,3 +30,10 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
                         help="stop the ranks after this long (default 900)")
     parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="trace the engine on fake tensors in this process instead of launching ranks: any "
+                             "model size and --nproc up to 65536, no memory used (docs/profile.md, \"Dry runs\")")
+    parser.add_argument("--device", choices=("cuda", "cpu"),
+                        help="--dry-run: the device each rank stands for (default cuda)")
+    parser.add_argument("--device-memory", type=float, metavar="GIB",
+                        help="--dry-run: one device's memory in GiB (default 80 for cuda, this host's for cpu)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ from zero_plugins import CommandResult, ZeroError, check_output_path
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
 from ._models import hidden_width, max_positions, model_config
-from ._request import ProfileRequest, Setting
+from ._dry import traced_ranks
+from ._request import DryRunTarget, ProfileRequest, Setting
 from ._run import run_profile
 from ._text import profile_text
 
@@ -21,6 +23,14 @@ DEFAULT_DS_CONFIG: dict[str, Any] = {
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
     "zero_optimization": {"stage": 2},
 }
+
+
+MAX_DRY_RUN_RANKS = 65536
+DEFAULT_DEVICE_MEMORY = 80 << 30  # an 80 GB A100 or H100
+
+
+def host_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class ProfileArgumentError(ZeroError, ValueError):
@@ -43,7 +53,8 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     ds_config = read_config_file(Path(args.ds_config)) if args.ds_config else dict(DEFAULT_DS_CONFIG)
     base = _checked(ds_config)  # its values are read below: their types are checked first
     notes = [] if args.ds_config else ["no --ds-config: bf16, AdamW (lr 1e-4), DeepSpeed's defaults otherwise"]
-    nproc = _bounded(args.nproc, "--nproc", 1, 8)
+    nproc = _bounded(args.nproc, "--nproc", 1, MAX_DRY_RUN_RANKS if args.dry_run else 8)
+    dry_run = _dry_run_target(args, base, nproc)
     given = args.micro_batch if args.micro_batch is not None else base.train_micro_batch_size_per_gpu or 1
     micro_batch = _bounded(given, "--micro-batch", 1, 1024)
     limit = max_positions(config) or 1 << 20
@@ -58,10 +69,30 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     request = ProfileRequest(args.model, config, ds_config, settings, nproc, micro_batch, seq_len,
                              _bounded(args.steps, "--steps", 1, 1000), lora_rank,
                              gradient_checkpointing=bool(args.gradient_checkpointing), timeout=_bounded_seconds(args.timeout, "--timeout", 1.0, 86400.0),
-                             notes=tuple(notes))
+                             notes=tuple(notes), dry_run=dry_run)
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
     return request
+
+
+def _dry_run_target(args: argparse.Namespace, base: ZeroConfig, nproc: int) -> DryRunTarget | None:
+    if not args.dry_run:
+        if args.device is not None or args.device_memory is not None:
+            raise ProfileArgumentError("--device and --device-memory describe the device a dry run stands for; add "
+                                       "--dry-run, or leave them out (a real run uses this machine's accelerator)")
+        return None
+    zero = base.zero_optimization
+    for key, block in (("offload_optimizer", zero.offload_optimizer), ("offload_param", zero.offload_param)):
+        if block is not None and block.device == "nvme":
+            raise ProfileArgumentError(f"--dry-run: zero_optimization.{key}.device is nvme, whose swap files a dry "
+                                       "run cannot write from fake tensors; profile NVMe offload with a real run, or "
+                                       "dry-run with device cpu to see the device side")
+    device = args.device or "cuda"
+    if args.device_memory is None:
+        total = DEFAULT_DEVICE_MEMORY if device == "cuda" else host_memory_bytes()
+    else:
+        total = int(_bounded_seconds(args.device_memory, "--device-memory", 0.125, 1 << 20, "GiB") * (1 << 30))
+    return DryRunTarget(device, total, traced_ranks(nproc))
 
 
 def _checked(ds_config: dict[str, Any]) -> ZeroConfig:
@@ -78,9 +109,9 @@ def _integer(value: str, flag: str) -> int:
         raise ProfileArgumentError(f"{flag}: {value!r} is not a whole number") from None
 
 
-def _bounded_seconds(value: float, flag: str, low: float, high: float) -> float:
+def _bounded_seconds(value: float, flag: str, low: float, high: float, unit: str = "seconds") -> float:
     if not low <= value <= high:  # also refuses nan
-        raise ProfileArgumentError(f"{flag} {value:g} is out of range; pass {low:g} to {high:g} seconds")
+        raise ProfileArgumentError(f"{flag} {value:g} is out of range; pass {low:g} to {high:g} {unit}")
     return value
 
 

@@ -62,16 +62,19 @@ def model_config(model: str) -> dict[str, Any]:
     return config
 
 
-def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:
-    """A causal-LM of `config` with random weights (seeded), in training mode, cast to `dtype`."""
+def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0, *,
+                device: str = "cpu") -> torch.nn.Module:
+    """A causal-LM of `config` with random weights (seeded), in training mode, cast to `dtype`; on the "meta"
+    device it holds no memory and no values (a dry run gives it fake storage)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     settings = {key: value for key, value in config.items() if key != "model_type"}
     hf_config = AutoConfig.for_model(config["model_type"], **settings)
     torch.manual_seed(seed)
     # Eager attention keeps the scores the estimator counts; SDPA would hide them.
-    model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-        hf_config, attn_implementation="eager")
+    with torch.device(device):
+        model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            hf_config, attn_implementation="eager")
     model.train()
     return model.to(dtype)
 

@@ -40,12 +40,11 @@ class ProfiledPhases:
                 "allocator_locations": self.allocator_locations}
 
 
-def hf_train_step(engine: ZeroEngine, batch: Any) -> float:
+def hf_train_step(engine: ZeroEngine, batch: Any) -> None:
     """A causal-LM step: the batch is the input ids and the labels."""
     loss = engine(input_ids=batch, labels=batch).loss
     engine.backward(loss)
     engine.step()
-    return float(loss.item())
 
 
 def profile_engine(engine: ZeroEngine, train_step: Callable[[ZeroEngine, Any], object],

@@ -12,56 +12,72 @@ from ._estimator import estimate_memory
 from ._lora import apply_lora
 from ._models import build_model
 from ._phases import hf_train_step, profile_engine
-from ._request import ProfileRequest
+from ._request import ProfileRequest, Setting
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[dict[str, Any]]:
-    """On one rank: for each setting, the measured phases (and on rank 0 the estimate)."""
+    """On one spawned rank: for each setting, the measured phases (and on rank 0 the estimate)."""
     from ..accelerator import get_accelerator
-    from ..engine import initialize
 
-    accelerator = get_accelerator()
-    accelerator.count_allocations()  # before any model is built: the allocator is the ruler (on CPU, zero-pin's count)
+    get_accelerator().count_allocations()  # before any model is built: the allocator is the ruler (on CPU, zero-pin's count)
     generator = torch.Generator().manual_seed(request.seed + rank)
-    shape = (request.micro_batch, request.seq_len)
-    vocab = int(request.model_config.get("vocab_size", 0))
     results = []
     for index, setting in enumerate(request.settings, start=1):
-        say = _progress(rank, f"{setting.label} ({index}/{len(request.settings)})")
+        say = progress(rank, f"{setting.label} ({index}/{len(request.settings)})")
         say("building the model")
-        model = build_model(request.model_config, _DTYPES[request.precision], request.seed)
-        if request.lora_rank is not None:
-            apply_lora(model, request.lora_rank)
-        if request.gradient_checkpointing:
-            getattr(model, "gradient_checkpointing_enable")(gradient_checkpointing_kwargs={"use_reentrant": False})
-        config = request.config_for(setting)
-        estimate = None
-        if rank == 0:
-            device = accelerator.device(accelerator.current_device()).type
-            estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
-                                        "seq_len": request.seq_len, "stage": setting.stage,
-                                        "checkpointing": "full" if request.gradient_checkpointing else "none", "device": device})
-        engine, _, _, _ = initialize(model=model, config=config)
-        batches = [torch.randint(0, vocab, shape, generator=generator) for _ in range(request.steps)]
-        caching = engine.device.type != "cpu"  # a device allocator that caches: its reserve is not in the ledger
-        if caching:
-            accelerator.reset_peak_memory_stats()
-        measured = profile_engine(engine, hf_train_step, batches,
-                                  progress=lambda step: say(f"step {step}/{request.steps}"))
-        allocator = {"ruler": measured.ruler, "locations": measured.allocator_locations,
-                     "phases": measured.allocator,
-                     "max_reserved": accelerator.max_memory_reserved() if caching else None}
-        results.append({"setting": setting.as_dict(), "device": engine.device.type, "phases": measured.ledger,
-                        "estimate": estimate, "allocator": allocator})
-        engine.destroy()
-        del engine, model
+        model = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed))
+        results.append(measure_setting(rank, world_size, request, setting, model, generator, say))
+        del model
         gc.collect()
     return results
 
 
-def _progress(rank: int, what: str) -> Callable[[str], None]:
+def prepared_model(request: ProfileRequest, model: torch.nn.Module) -> torch.nn.Module:
+    """The model with the request's LoRA adapters and gradient checkpointing."""
+    if request.lora_rank is not None:
+        apply_lora(model, request.lora_rank)
+    if request.gradient_checkpointing:
+        getattr(model, "gradient_checkpointing_enable")(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting: Setting, model: torch.nn.Module,
+                    generator: torch.Generator, say: Callable[[str], None]) -> dict[str, Any]:
+    """Initialize `model` at `setting`, train the request's steps with tracking on, and destroy the engine."""
+    from ..accelerator import get_accelerator
+    from ..engine import initialize
+
+    accelerator = get_accelerator()
+    config = request.config_for(setting)
+    estimate = None
+    if rank == 0:
+        device = accelerator.device(accelerator.current_device()).type
+        estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
+                                    "seq_len": request.seq_len, "stage": setting.stage,
+                                    "checkpointing": "full" if request.gradient_checkpointing else "none",
+                                    "device": request.target_device or device})
+    say("initialize")
+    engine, _, _, _ = initialize(model=model, config=config)
+    vocab = int(request.model_config.get("vocab_size", 0))
+    batches = [torch.randint(0, vocab, (request.micro_batch, request.seq_len), generator=generator).to(engine.device)
+               for _ in range(request.steps)]
+    caching = engine.device.type != "cpu" and request.dry_run is None  # a device allocator that caches
+    if caching:
+        accelerator.reset_peak_memory_stats()
+    measured = profile_engine(engine, hf_train_step, batches,
+                              progress=lambda step: say(f"step {step}/{request.steps}"))
+    allocator = {"ruler": measured.ruler, "locations": measured.allocator_locations,
+                 "phases": measured.allocator,
+                 "max_reserved": accelerator.max_memory_reserved() if caching else None}
+    result = {"setting": setting.as_dict(), "device": engine.device.type, "phases": measured.ledger,
+              "estimate": estimate, "allocator": allocator}
+    engine.destroy()
+    return result
+
+
+def progress(rank: int, what: str) -> Callable[[str], None]:
     def say(message: str) -> None:
         if rank == 0:  # stderr: --json keeps stdout to itself
             print(f"zero profile: {what}: {message}", file=sys.stderr, flush=True)

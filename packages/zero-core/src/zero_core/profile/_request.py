@@ -24,6 +24,18 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class DryRunTarget:
+    """`--dry-run`: the device one rank stands for, its memory, and the ranks traced."""
+
+    device: str  # "cuda" or "cpu"
+    total_memory: int  # bytes of one device (--device-memory)
+    ranks: tuple[int, ...]  # traced: rank 0, and the last rank, whose partitions hold the padding
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "device_memory": self.total_memory, "traced_ranks": list(self.ranks)}
+
+
+@dataclass(frozen=True)
 class ProfileRequest:
     """Everything the ranks need; picklable, so the spawned ranks get it whole."""
 
@@ -42,6 +54,12 @@ class ProfileRequest:
     seed: int = 0
     timeout: float = 900.0
     notes: tuple[str, ...] = field(default=())
+    dry_run: DryRunTarget | None = None
+
+    @property
+    def target_device(self) -> str | None:
+        """The device a dry run stands for (None: a real run, on this machine's accelerator)."""
+        return self.dry_run.device if self.dry_run is not None else None
 
     def config_for(self, setting: Setting) -> dict[str, Any]:
         """The ds_config with the setting's stage and flag, and the micro-batch, put in."""

@@ -5,15 +5,20 @@ from typing import Any
 
 from ..launch import run_ranks
 from ._compare import GAP_THRESHOLD, compare
+from ._dry import MODELLED, run_dry_ranks
 from ._ranks import profile_rank
 from ._request import ProfileRequest
 
-SCHEMA_VERSION = 2  # 2: the allocator is the ruler (phases[].allocator, allocator_error; setting.ruler)
+# 2: the allocator is the ruler (phases[].allocator, allocator_error; setting.ruler); 3: dry_run
+SCHEMA_VERSION = 3
 
 
 def run_profile(request: ProfileRequest) -> dict[str, Any]:
     """The `zero profile --json` document (docs/profile.md, "JSON")."""
-    per_rank = run_ranks(profile_rank, request.nproc, request, timeout=request.timeout)
+    if request.dry_run is None:
+        per_rank = run_ranks(profile_rank, request.nproc, request, timeout=request.timeout)
+    else:
+        per_rank = run_dry_ranks(request)
     settings = []
     for index, setting in enumerate(request.settings):
         first = per_rank[0][index]
@@ -33,4 +38,7 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
         "ds_config": request.ds_config,
         "notes": list(request.notes),
         "settings": settings,
+        # null for a real run; for a dry run, the target, the ranks traced and what was modelled, not traced
+        "dry_run": None if request.dry_run is None else {**request.dry_run.as_dict(),
+                                                          "modelled": MODELLED[request.dry_run.device]},
     }

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..comm import Collectives
-from ..memory import MemoryLedger
+from ..memory import MemoryLedger, read_float
 from ._groups import ShardedGroup
 from ._homes import Homes
 from ._loss_scaler import LossScaler
@@ -138,7 +138,7 @@ class ZeroOptimizer:
         if self._sharded:
             squares = squares.to(self._homes.device)  # offloaded gradients are on the host; collectives run on the device
             self._comm.all_reduce(squares)  # stage 0's gradients are already whole and equal on every rank
-        return squares.sqrt().item()
+        return read_float(squares.sqrt(), if_fake=1.0)  # a dry run's step: finite gradients
 
     def _all_gather_params(self) -> None:
         work = []

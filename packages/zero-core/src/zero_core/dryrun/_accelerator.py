@@ -1,0 +1,116 @@
+"""The dry run's accelerator: the target device (cuda or cpu) as the engine sees it, on fake tensors.
+
+Tensors on it are fake, so there is nothing to wait for, no stream, no seed to set on a device. Its memory
+figures are the fake allocator's. Pinning cannot be faked (it needs a real driver): a pinned copy is an
+ordinary fake host tensor remembered as pinned, and the report marks pinned bytes as modelled.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..accelerator import Accelerator
+from ._allocator import TRACED_DEVICE, FakeAllocator, FakeAllocatorRuler
+
+DEVICES = tuple(TRACED_DEVICE)
+
+
+class DryRunAccelerator(Accelerator):
+    """Never auto-detected: `zero_core.dryrun.dry_run` sets it for the dry run's duration."""
+
+    name = "dry-run"
+
+    def __init__(self, device: str, allocator: FakeAllocator, total_memory: int) -> None:
+        if device not in DEVICES:
+            raise ValueError(f"a dry run targets one of {', '.join(DEVICES)} (got {device!r})")
+        self.target, self._allocator, self._total = device, allocator, total_memory
+        self.traced = TRACED_DEVICE[device]  # the device type of its fake tensors
+        self._pinned: dict[int, tuple[weakref.ref[torch.UntypedStorage], int]] = {}
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        return True, "fake tensors under a fake process group (zero profile --dry-run)"
+
+    def communication_backend_name(self) -> str:
+        """The target's backend, whose staging the collectives model (the group itself is torch's fake one)."""
+        return "nccl" if self.target == "cuda" else "gloo"
+
+    def device_name(self, device_index: int | None = None) -> str:
+        # Fake tensors compare devices exactly, and torch gives an index to lazy tensors ("lazy:0") but not to
+        # the CPU's: every name is the one torch gives.
+        return "cpu" if self.traced == "cpu" else f"{self.traced}:0"
+
+    def device_count(self) -> int:
+        return 1
+
+    def current_device(self) -> int:
+        return 0
+
+    def set_device(self, device_index: int) -> None:
+        if device_index != 0:
+            raise ValueError(f"a dry run stands for one device of each rank, index 0 (got {device_index})")
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Fake tensors run no kernel: there is nothing to wait for."""
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def is_bf16_supported(self) -> bool:
+        return True
+
+    def is_fp16_supported(self) -> bool:
+        return True
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        return self._allocator.current_bytes(self.traced)
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        return self._allocator.peak_bytes(self.traced)
+
+    # No cache is modelled: what is reserved is what is allocated.
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        return self.memory_allocated(device_index)
+
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
+        return self.max_memory_allocated(device_index)
+
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
+        self._allocator.reset_peak(self.traced)
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        return self._total
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        return self._total - self.memory_allocated(device_index)
+
+    def memory_stats_source(self) -> str:
+        return self.allocator_ruler().name
+
+    def allocator_ruler(self) -> FakeAllocatorRuler:
+        return FakeAllocatorRuler(self._allocator, self.traced)
+
+    # --- pinning, modelled ---
+    def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
+        pinned = torch.empty_like(tensor, device="cpu").copy_(tensor) if make_copy else tensor
+        storage = pinned.untyped_storage()
+        key = storage._cdata
+
+        def forget(reference: weakref.ref[torch.UntypedStorage]) -> None:
+            if self._pinned.get(key, (None, 0))[0] is reference:
+                del self._pinned[key]
+
+        self._pinned[key] = (weakref.ref(storage, forget), storage.nbytes())
+        return pinned
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        found = self._pinned.get(tensor.untyped_storage()._cdata)
+        return found is not None and found[0]() is tensor.untyped_storage()
+
+    def unpin_memory(self, tensor: torch.Tensor) -> bool:
+        return self._pinned.pop(tensor.untyped_storage()._cdata, None) is not None
+
+    def pinned_bytes(self) -> int:
+        """Host bytes the engine asked to pin that are alive now (modelled: nothing is pinned)."""
+        return sum(nbytes for reference, nbytes in self._pinned.values() if reference() is not None)

@@ -1,0 +1,87 @@
+"""`zero profile --dry-run`: the profile's ranks traced in this process on fake tensors (zero_core.dryrun).
+
+Each traced rank runs every setting as a spawned rank would: the model is built on the meta device (no memory,
+no values), given fake storage on the target device, initialized by the real engine under a fake process group
+of `--nproc` ranks, and trained `--steps` steps with tracking on. The fake allocator is the ruler. Ranks are
+symmetric but for the last, whose partitions hold the padding, so rank 0 and the last rank are traced.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..dryrun import TARGET_OF, dry_run
+from ._models import build_model
+from ._ranks import DTYPES, measure_setting, prepared_model
+from ._request import DryRunTarget, ProfileRequest
+
+# What a dry run counts from sizes rather than tracing, as the report lists it.
+MODELLED = {
+    "cuda": [
+        "pinned host memory: fake host tensors counted as pinned where the engine pins (no driver is asked)",
+        "NCCL's buffers and the CUDA context: outside the caching allocator's count, as on a real run",
+        "kernels' workspaces (cuBLAS, attention) and the caching allocator's reserve: not seen (outputs only)",
+    ],
+    "cpu": [
+        "gloo's staging copies: a fake copy of each collective's buffer, for the instant it is launched",
+        "kernels' temporaries inside an op: not seen (outputs only)",
+    ],
+}
+
+
+def traced_ranks(world_size: int) -> tuple[int, ...]:
+    """Rank 0, and the last rank when there is more than one."""
+    return (0,) if world_size == 1 else (0, world_size - 1)
+
+
+def run_dry_ranks(request: ProfileRequest) -> list[list[dict[str, Any]]]:
+    """What `run_ranks` returns for a real run: per traced rank, per setting, the measured phases."""
+    target = request.dry_run
+    assert target is not None, "run_dry_ranks needs a request with dry_run set"
+    return [_dry_rank(rank, request, target) for rank in target.ranks]
+
+
+def _dry_rank(rank: int, request: ProfileRequest, target: DryRunTarget) -> list[dict[str, Any]]:
+    generator = torch.Generator().manual_seed(request.seed + rank)
+    results = []
+    for index, setting in enumerate(request.settings, start=1):
+        say = _progress(f"rank {rank} of {request.nproc}, {setting.label} ({index}/{len(request.settings)})")
+        say("building the model on the meta device")
+        model = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed,
+                                                    device="meta"))
+        with dry_run(rank=rank, world_size=request.nproc, device=target.device,
+                     total_memory=target.total_memory) as run:
+            model = model.to_empty(device=run.accelerator.device())
+            result = measure_setting(rank, request.nproc, request, setting, model, generator, say)
+        results.append(_named_as_target(result))
+        del model
+        gc.collect()
+    return results
+
+
+def _named_as_target(value: Any) -> Any:
+    """The traced device's name ("lazy") replaced by the target's ("cuda") in keys and values."""
+    if isinstance(value, dict):
+        return {_renamed(key): _named_as_target(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_named_as_target(item) for item in value]
+    return _renamed(value)
+
+
+def _renamed(value: Any) -> Any:
+    return TARGET_OF.get(value, value) if isinstance(value, str) else value
+
+
+def _progress(what: str) -> Callable[[str], None]:
+    started = time.monotonic()
+
+    def say(message: str) -> None:  # stderr: --json keeps stdout to itself
+        print(f"zero profile --dry-run: {what}: {message} ({time.monotonic() - started:.0f} s)", file=sys.stderr,
+              flush=True)
+
+    return say
