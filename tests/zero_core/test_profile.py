@@ -1,6 +1,6 @@
 """`zero profile`: 2 ranks, a small GPT-NeoX with LoRA at stages 2 and 3 (memory_efficient_linear both ways).
 
-The JSON report's schema (docs/profile.md, "JSON", version 2), the measured figures against the ledger's own
+The JSON report's schema (docs/profile.md, "JSON", version 3), the measured figures against the ledger's own
 rules (each phase's total is the sum of its categories, init holds no optimizer state, held weights only with
 memory_efficient_linear false), the allocator beside them as the ruler (on CPU zero-pin's count of the CPU
 allocator: untracked = allocator - ledger, the peak taken at the allocator), the estimate beside them, the
@@ -41,7 +41,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 
 def test_the_json_report_follows_its_schema(profiled: tuple[dict[str, Any], str, str]) -> None:
     report, _, _ = profiled
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3 and report["dry_run"] is None
     assert report["nproc"] == 2 and report["precision"] == "bf16" and report["seq_len"] == 32
     assert report["model"]["lora_rank"] == 4 and report["model"]["config"] == TINY
     labels = [s["label"] for s in report["settings"]]

@@ -12,7 +12,7 @@ from ._errors import EstimateError
 from ._estimate import Estimate, estimate
 from ._lines import LOCATIONS, PHASES, Line
 from ._plan import Candidate, Limits, Plan, plan
-from ._presets import PRESETS
+from zero_plugins.model_presets import PRESETS
 from ._settings import Cluster, Training, ZeroSettings
 from ._sources import from_hf_config, from_module, from_numbers, from_preset
 from ._spec import LoraSpec, ModelSpec, ModuleParams, TransformerShape

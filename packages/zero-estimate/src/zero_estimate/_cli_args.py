@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _checks, _ds_config, _sources
 from ._errors import EstimateError
-from ._presets import PRESETS
+from zero_plugins.model_presets import PRESETS
 from ._settings import (
     CHECKPOINTING,
     OFFLOAD_DEVICES,

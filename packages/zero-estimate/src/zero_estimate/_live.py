@@ -26,7 +26,8 @@ def dedup_key(param: Any) -> object:
     # storage (tied weights) count once. No real storage: the object itself is the identity.
     if param.is_meta or hasattr(param, "ds_numel") or param.numel() == 0:
         return ("object", id(param))
-    return ("storage", str(param.device), param.data_ptr())
+    # The storage's identity, not its address: a dry run's fake tensors have no address.
+    return ("storage", str(param.device), param.untyped_storage()._cdata, param.storage_offset())
 
 
 def unique_parameters(params: Iterable[Any]) -> dict[object, Any]:

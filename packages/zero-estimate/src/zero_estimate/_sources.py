@@ -8,7 +8,7 @@ from typing import Any
 from . import _checks, _live
 from ._errors import EstimateError
 from ._lora import apply_lora
-from ._presets import PRESETS
+from zero_plugins.model_presets import PRESETS
 from ._spec import LoraSpec, ModelSpec, ModuleParams, Shape, TransformerShape
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 from zero_plugins import Category
-import zero_pin
+from zero_core.accelerator import Accelerator
 from zero_core.memory import Placement
 from zero_core.offload import OffloadDevice, OffloadPlan, OffloadSettings
 
@@ -33,16 +33,17 @@ class CpuOffloadDevice(OffloadDevice):
 
     def check_capacity(self, plan: OffloadPlan) -> None:
         check_host_memory(plan, self.settings)
-        if self.settings.pin_memory and _backend_pins():
+        if self.settings.pin_memory and _backend_pins(self.settings.accelerator):
             check_pinned_memory(plan, self.settings)
 
     def allocate(self, numel: int, dtype: torch.dtype, category: Category, *, pin: bool) -> torch.Tensor:
         tensor = torch.empty(numel, dtype=dtype)
         pin = pin and self.settings.pin_memory
+        accelerator = self.settings.accelerator  # pins with the selected pin backend (a dry run's: modelled)
         if pin:
-            tensor = zero_pin.pin_memory(tensor, make_copy=False)
+            tensor = accelerator.pin_memory(tensor, make_copy=False)
         tensor.zero_()
-        pinned = pin and zero_pin.is_pinned(tensor)
+        pinned = pin and accelerator.is_pinned(tensor)
         return self.settings.ledger.register(tensor, category, Placement.HOST, pinned)
 
     def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> None:
@@ -85,7 +86,7 @@ class CpuOffloadDevice(OffloadDevice):
         self._in_flight.append(keep)
 
 
-def _backend_pins() -> bool:
+def _backend_pins(accelerator: Accelerator) -> bool:
     """Whether the selected pin backend really locks memory here (torch's is a no-op without an accelerator)."""
-    probe = zero_pin.pin_memory(torch.empty(1), make_copy=False)
-    return zero_pin.is_pinned(probe)
+    probe = accelerator.pin_memory(torch.empty(1), make_copy=False)
+    return accelerator.is_pinned(probe)

@@ -94,6 +94,8 @@ class DryRunAccelerator(Accelerator):
     # --- pinning, modelled ---
     def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
         pinned = torch.empty_like(tensor, device="cpu").copy_(tensor) if make_copy else tensor
+        if self.target == "cpu":
+            return pinned  # as torch's pin backend without an accelerator: nothing to pin for
         storage = pinned.untyped_storage()
         key = storage._cdata
 

@@ -15,7 +15,8 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         "(after init, forward, backward, step) and per category the measured memory beside zero-estimate's, the "
         "error, and the cause of every gap above 5%. docs/profile.md")
     parser.add_argument("--model", required=True, metavar="PRESET_OR_CONFIG",
-                        help="pythia-tiny, llama-tiny, gpt2-tiny, or a config.json (or its folder)")
+                        help="a preset (pythia-tiny, llama-tiny, ...; with --dry-run also full-size ones: pythia-6.9b, "
+                             "llama-3-70b, ...: `zero estimate --help` lists them) or a config.json (or its folder)")
     parser.add_argument("--ds-config", metavar="DS.json", help="the DeepSpeed ds_config (default: bf16 AdamW)")
     parser.add_argument("--nproc", type=int, default=2, help="local ranks (default 2)")
     parser.add_argument("--stages", metavar="S,S", help="ZeRO stages to run, e.g. 2,3 (default: the config's)")

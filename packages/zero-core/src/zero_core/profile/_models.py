@@ -1,8 +1,9 @@
 """The model `zero profile` trains: a Hugging Face config (a preset, or a config.json), random weights.
 
-Nothing is downloaded: the model is built from its config with random initialisation. The presets are
+Nothing is downloaded: the model is built from its config with random initialisation. The "-tiny" presets are
 scaled-down stand-ins for the families users train (Pythia, Llama, GPT-2, Qwen2, OPT, Phi): hidden 256,
-4 layers, vocabulary 8192, eager attention.
+4 layers, vocabulary 8192, eager attention. The full-size ones (pythia-6.9b, llama-3-70b, ...) are zero-estimate's
+list (zero_plugins.model_presets), for `--dry-run`, which needs no memory for them.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 import torch
 from zero_plugins import ZeroError, json_integer, read_config_text
+from zero_plugins.model_presets import PRESETS as FULL_SIZE
+from zero_plugins.model_presets import causal_lm_presets
 
 PRESETS: dict[str, dict[str, Any]] = {
     "pythia-tiny": {"model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
@@ -38,15 +41,21 @@ class ModelConfigError(ZeroError, ValueError):
     """--model names neither a preset nor a readable Hugging Face config."""
 
 
+def preset_names() -> list[str]:
+    return [*PRESETS, *causal_lm_presets()]
+
+
 def model_config(model: str) -> dict[str, Any]:
     """The config dict of a preset name, or of a config.json (or the folder holding one)."""
     if model in PRESETS:
         return dict(PRESETS[model])
+    if model in causal_lm_presets():
+        return {key: value for key, value in FULL_SIZE[model].items() if key != "architectures"}
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"
     if not path.exists():
-        raise ModelConfigError(f"--model {model!r}: neither a preset ({', '.join(PRESETS)}) nor a config.json; "
+        raise ModelConfigError(f"--model {model!r}: neither a preset ({', '.join(preset_names())}) nor a config.json; "
                                "pass a preset name or the path of a Hugging Face config.json")
     text = read_config_text(path, what="--model")  # a regular file of at most 16 MiB: never a FIFO or a device
     try:

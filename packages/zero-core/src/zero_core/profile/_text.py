@@ -19,6 +19,13 @@ def profile_text(report: dict[str, Any]) -> str:
              "ledger's part of it (tracking on), `untracked` = allocator - ledger, and zero-estimate's figure; "
              "errors are the estimate's against the allocator"]
     parts += [f"note: {note}" for note in report["notes"]]
+    dry = report.get("dry_run")
+    if dry is not None:
+        ranks = " and ".join(str(rank) for rank in dry["traced_ranks"])
+        parts.append(f"dry run: rank{'s' if len(dry['traced_ranks']) > 1 else ''} {ranks} of {report['nproc']} traced "
+                     f"on fake {dry['device']} tensors ({_mib(dry['device_memory'])} MiB per device), nothing "
+                     "allocated; modelled, not traced:")
+        parts += [f"  {what}" for what in dry["modelled"]]
     for setting in report["settings"]:
         parts += ["", _setting_text(setting, report["gap_threshold"])]
     if len(report["settings"]) > 1:
@@ -74,12 +81,34 @@ def _summary(settings: list[dict[str, Any]]) -> str:
     rows = []
     for setting in settings:
         init, peak = setting["phases"]["init"], setting["peak"]
-        held = sum(phase["measured"].get(Category.PARAM_GATHERED_HELD, 0) for phase in setting["phases"].values())
         rows.append((setting["label"], _mib(init["measured_total"]), _mib(peak["measured"]["bytes"]),
-                     peak["measured"]["phase"], _mib(peak["estimated"]["bytes"]),
-                     "yes" if held else "no"))
-    return "summary\n" + format_table(["setting", "after init", "peak (ruler)", "at", "estimated peak",
-                                       "held weights"], rows)
+                     peak["measured"]["phase"], _mib(peak["estimated"]["bytes"]), _mib(_held_at_peak(setting))))
+    lines = ["summary (MiB)", format_table(["setting", "after init", "peak (ruler)", "at", "estimated peak",
+                                            "held weights at peak"], rows)]
+    below = [setting for setting in settings if setting["setting"]["stage"] < 3]
+    if below:
+        base = below[-1]
+        for setting in settings:
+            if setting["setting"]["stage"] == 3:
+                lines.append(_against(setting, base))
+    return "\n".join(lines)
+
+
+def _held_at_peak(setting: dict[str, Any]) -> int:
+    """Gathered weights stage 3 still held at the measured peak (param.gathered.held)."""
+    at = setting["peak"]["measured"]["phase"]
+    return int(setting["phases"][at]["measured"].get(Category.PARAM_GATHERED_HELD, 0))
+
+
+def _against(setting: dict[str, Any], base: dict[str, Any]) -> str:
+    """One line: where this stage-3 setting's peak lies against the lower stage's, and the held weights' part."""
+    difference = setting["peak"]["measured"]["bytes"] - base["peak"]["measured"]["bytes"]
+    held = _held_at_peak(setting)
+    side = "above" if difference > 0 else "below"
+    why = (f"; it holds {held} bytes ({_mib(held)} MiB) of gathered weights (param.gathered.held) at its peak: "
+           "autograd keeps each gathered weight a linear layer saved for backward; memory_efficient_linear true "
+           "saves the partition instead") if held else "; no gathered weight is held at its peak"
+    return f"{setting['label']}: peak {_mib(abs(difference))} MiB {side} {base['label']}'s{why}"
 
 
 def _mib(nbytes: int) -> str:
