@@ -74,7 +74,7 @@ class Collectives:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.progress = RankProgress(self.rank, self.world_size)
-        backend = dist.get_backend(group)
+        backend = str(dist.get_backend(group))
         self._modelled = backend == "fake"  # a dry run: the backend is the one its accelerator stands for
         if self._modelled:
             backend = get_accelerator().communication_backend_name()
