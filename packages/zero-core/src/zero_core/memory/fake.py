@@ -8,6 +8,8 @@ that training takes.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 _counting = False
@@ -24,9 +26,10 @@ def counts_fake_tensors() -> bool:
 
 
 def is_fake(tensor: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(tensor, FakeTensor)
+    # No tensor is fake before torch's fake-tensor module is imported; importing it here, inside a tracked
+    # region, would count the module's own constant tensors as the region's.
+    module = sys.modules.get("torch._subclasses.fake_tensor")
+    return module is not None and isinstance(tensor, module.FakeTensor)
 
 
 def read_float(tensor: torch.Tensor, *, if_fake: float) -> float:
