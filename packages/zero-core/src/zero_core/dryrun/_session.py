@@ -41,9 +41,9 @@ def dry_run(*, rank: int, world_size: int, device: str, total_memory: int) -> It
     # torch's fake backend registers itself on import ("fake"); its FakeStore needs no rendezvous.
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     allocator = FakeAllocator()
-    accelerator = DryRunAccelerator(device, allocator, total_memory)
+    accelerator = DryRunAccelerator(device, allocator, total_memory)  # first: it refuses an unknown device
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     count_fake_tensors(True)
     try:
         with using_accelerator(accelerator, "zero_core.dryrun.dry_run"), FakeTensorMode(allow_non_fake_inputs=True), \
