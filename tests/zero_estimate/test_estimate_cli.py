@@ -85,7 +85,7 @@ def test_plan_lists_fits_cheapest_first_and_the_nearest_misses(capsys):
         (["estimate", "--params", "lots"], "--params: 'lots' is not a count; write e.g. 6.9e9"),
         (["estimate", "--params", "7e9", "--gpus", "0"], "--gpus: must be at least 1 (got 0)"),
         (["estimate", "--params", "7e9", "--nodes", "-1"], "--nodes: must be at least 1 (got -1)"),
-        (["estimate", "--preset", "pythia-7b"], "--preset: unknown preset 'pythia-7b'; did you mean 'pythia-6.9b'?"),
+        (["estimate", "--preset", "pythia-6.8b"], "--preset: unknown preset 'pythia-6.8b'; did you mean 'pythia-6.9b'?"),
         (["estimate"], "no model given; pass exactly one of --params N, --preset NAME or --config PATH"),
         (["estimate", "--params", "7e9", "--stage", "4"], "--stage: '4' is not a stage; pass stages 0-3"),
         (["estimate", "--params", "7e9", "--stage", "2", "--offload-param", "cpu"], "--offload-param: offloading"),

@@ -90,7 +90,7 @@ def test_unreadable_or_malformed_files_say_what_is_wrong(tmp_path):
 
 
 def test_unknown_preset_and_lora_target_suggest_the_nearest_name():
-    with pytest.raises(EstimateError, match="unknown preset 'pythia-7b'; did you mean 'pythia-6.9b'"):
-        from_preset("pythia-7b")
+    with pytest.raises(EstimateError, match="unknown preset 'pythia-6.8b'; did you mean 'pythia-6.9b'"):
+        from_preset("pythia-6.8b")
     with pytest.raises(EstimateError, match="unknown LoRA target 'vproj'; did you mean 'v_proj'"):
         from_preset("llama-2-7b", lora=LoraSpec(8, ("vproj",)))
