@@ -12,6 +12,7 @@ from ._select import (
     set_accelerator,
     using_accelerator,
 )
+from ._single_device import SingleDeviceAccelerator
 from .abstract import Accelerator
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Accelerator",
     "AcceleratorUnavailable",
     "Selection",
+    "SingleDeviceAccelerator",
     "accelerator_registry",
     "get_accelerator",
     "get_selection",

@@ -2,16 +2,15 @@
 (a tracker or the process RSS where the count was not started)."""
 from __future__ import annotations
 
-import torch
 import zero_pin
 
 from ..memory.active import active_tracker
 from . import _host_memory
 from ._rulers import HostAllocatorRuler
-from .abstract import Accelerator
+from ._single_device import SingleDeviceAccelerator
 
 
-class CpuAccelerator(Accelerator):
+class CpuAccelerator(SingleDeviceAccelerator):
     """All ranks on a host share one "device", the host itself.
 
     CPU has no allocator statistics of its own. Once `count_allocations()` (zero_pin's count of torch's
@@ -32,28 +31,6 @@ class CpuAccelerator(Accelerator):
 
     def device_name(self, device_index: int | None = None) -> str:
         return "cpu"
-
-    def device_count(self) -> int:
-        return 1
-
-    def current_device(self) -> int:
-        return 0
-
-    def set_device(self, device_index: int) -> None:
-        if device_index != 0:
-            raise ValueError(f"the cpu accelerator has one device, index 0 (got {device_index})")
-
-    def synchronize(self, device_index: int | None = None) -> None:
-        """CPU kernels run synchronously, so there is nothing to wait for."""
-
-    def manual_seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def is_bf16_supported(self) -> bool:
-        return True
-
-    def is_fp16_supported(self) -> bool:
-        return True
 
     def memory_allocated(self, device_index: int | None = None) -> int:
         return self._allocated(peak=False)

@@ -10,13 +10,13 @@ import weakref
 
 import torch
 
-from ..accelerator import Accelerator
+from ..accelerator import SingleDeviceAccelerator
 from ._allocator import TRACED_DEVICE, FakeAllocator, FakeAllocatorRuler
 
 DEVICES = tuple(TRACED_DEVICE)
 
 
-class DryRunAccelerator(Accelerator):
+class DryRunAccelerator(SingleDeviceAccelerator):
     """Never auto-detected: `zero_core.dryrun.dry_run` sets it for the dry run's duration."""
 
     name = "dry-run"
@@ -40,28 +40,6 @@ class DryRunAccelerator(Accelerator):
         # Fake tensors compare devices exactly, and torch gives an index to lazy tensors ("lazy:0") but not to
         # the CPU's: every name is the one torch gives.
         return "cpu" if self.traced == "cpu" else f"{self.traced}:0"
-
-    def device_count(self) -> int:
-        return 1
-
-    def current_device(self) -> int:
-        return 0
-
-    def set_device(self, device_index: int) -> None:
-        if device_index != 0:
-            raise ValueError(f"a dry run stands for one device of each rank, index 0 (got {device_index})")
-
-    def synchronize(self, device_index: int | None = None) -> None:
-        """Fake tensors run no kernel: there is nothing to wait for."""
-
-    def manual_seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def is_bf16_supported(self) -> bool:
-        return True
-
-    def is_fp16_supported(self) -> bool:
-        return True
 
     def memory_allocated(self, device_index: int | None = None) -> int:
         return self._allocator.current_bytes(self.traced)
