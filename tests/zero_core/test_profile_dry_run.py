@@ -129,3 +129,20 @@ def test_nvme_offload_is_refused_with_the_reason(tmp_path: Path) -> None:
     done = run_zero("profile", "--model", "pythia-tiny", "--dry-run", "--ds-config", str(config))
     assert done.returncode == 2, done.stderr
     assert "zero_optimization.offload_param.device is nvme" in done.stderr, done.stderr
+
+
+def test_a_cuda_target_offloads_to_pinned_host_memory_and_checkpoints(tmp_path: Path) -> None:
+    config = tmp_path / "offload.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+                                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+                                  "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                                        "offload_optimizer": {"device": "cpu", "pin_memory": True}}}))
+    report = _profile(tmp_path, ["--stages", "3", "--nproc", "8", "--gradient-checkpointing", "--ds-config",
+                                 str(config)], "--dry-run")
+    setting, = report["settings"]
+    host = setting["host"]["step"]
+    assert host["host"]["optim.master"] > 0 and host["host"]["optim.state"] > 0, "the optimizer lives on the host"
+    assert host["host.pinned"]["param.partition"] > 0 and host["host.pinned"]["grad.partition"] > 0, \
+        "the offloaded partitions are pinned (modelled)"
+    assert "optim.state" not in setting["phases"]["step"]["measured"], "nothing of the optimizer stays on the device"
+    assert any("pinned host memory" in what for what in report["dry_run"]["modelled"])

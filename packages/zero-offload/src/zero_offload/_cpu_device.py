@@ -47,13 +47,12 @@ class CpuOffloadDevice(OffloadDevice):
         return self.settings.ledger.register(tensor, category, Placement.HOST, pinned)
 
     def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> None:
-        if accumulate and (self._stream is None or source.device.type == "cpu"):
-            host.add_(source)
-        elif self._stream is None or source.device.type == "cpu":
-            host.copy_(source)
-        elif accumulate:
+        on_host = source.device.type == "cpu"
+        if accumulate:
             # The sum runs on the host, so the values must have arrived: a synchronous copy.
-            host.add_(source.to("cpu"))
+            host.add_(source if on_host else source.to("cpu"))
+        elif self._stream is None or on_host:
+            host.copy_(source)
         else:
             self._on_side_stream(source, lambda: host.copy_(source, non_blocking=True))
 
