@@ -107,6 +107,9 @@ def test_a_cuda_target_counts_512_byte_blocks_for_ranks_this_machine_does_not_ha
     assert stage2["phases"]["init"]["measured_total"] > held["phases"]["init"]["measured_total"], "64 partitions"
     text = profile_text(report)
     assert "stage 3, memory_efficient_linear false: peak" in text and "stage 2's; it holds" in text
+    assert text.count("fits: the peak is") == 3 and "of the device's 81920.00 MiB" in text
+    report["dry_run"]["device_memory"] = 1 << 20  # 1 MiB: nothing fits
+    assert profile_text(report).count("does not fit: the peak is") == 3
     assert "param.gathered.held" in text and "stage 3, memory_efficient_linear true: peak" in text
 
 

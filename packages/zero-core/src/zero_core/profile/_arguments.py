@@ -13,7 +13,9 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         "Launch NPROC local ranks, build MODEL from its Hugging Face config with random weights (nothing is "
         "downloaded), train STEPS steps at each stage with the engine's memory tracking on, and print per phase "
         "(after init, forward, backward, step) and per category the measured memory beside zero-estimate's, the "
-        "error, and the cause of every gap above 5%. docs/profile.md")
+        "error, and the cause of every gap above 5%. With --dry-run, trace the same engine on fake tensors in this "
+        "process instead, for any model size and rank count, and say whether each peak fits --device-memory. "
+        "docs/profile.md")
     parser.add_argument("--model", required=True, metavar="PRESET_OR_CONFIG",
                         help="a preset (pythia-tiny, llama-tiny, ...; with --dry-run also full-size ones: pythia-6.9b, "
                              "llama-3-70b, ...: `zero estimate --help` lists them) or a config.json (or its folder)")

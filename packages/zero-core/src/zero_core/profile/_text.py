@@ -28,6 +28,8 @@ def profile_text(report: dict[str, Any]) -> str:
         parts += [f"  {what}" for what in dry["modelled"]]
     for setting in report["settings"]:
         parts += ["", _setting_text(setting, report["gap_threshold"])]
+        if dry is not None:
+            parts.append(_fits(setting, dry["device_memory"]))
     if len(report["settings"]) > 1:
         parts += ["", _summary(report["settings"])]
     return "\n".join(parts)
@@ -92,6 +94,17 @@ def _summary(settings: list[dict[str, Any]]) -> str:
             if setting["setting"]["stage"] == 3:
                 lines.append(_against(setting, base))
     return "\n".join(lines)
+
+
+def _fits(setting: dict[str, Any], device_memory: int) -> str:
+    """A dry run's answer to "will it fit": the peak against the device's memory (the allocator's reserve and
+    what the CUDA context takes come on top)."""
+    peak = setting["peak"]["measured"]["bytes"]
+    if peak <= device_memory:
+        return (f"fits: the peak is {_mib(peak)} MiB of the device's {_mib(device_memory)} MiB "
+                f"({peak / device_memory:.0%}; the allocator's reserve and the CUDA context come on top)")
+    return (f"does not fit: the peak is {_mib(peak - device_memory)} MiB above the device's {_mib(device_memory)} MiB "
+            f"({peak / device_memory:.0%} of it)")
 
 
 def _held_at_peak(setting: dict[str, Any]) -> int:
