@@ -12,7 +12,7 @@ space := $(empty) $(empty)
 TOX_PATH := $(subst $(space),:,$(strip $(PATH) $(wildcard $(HOME)/.pyenv/versions/3.1[0-3].*/bin)))
 NO_TORCH_ENVS := plugins-py310,plugins-py311,plugins-py312,plugins-py313,cli-py310,cli-py311,cli-py312,cli-py313,estimate-py310,estimate-py311,estimate-py312,estimate-py313
 
-.PHONY: run test test-fast tox-all clean
+.PHONY: run test test-fast tox-all gpu-check clean
 
 $(VENV)/.installed: requirements-dev.txt $(addsuffix /pyproject.toml,$(PACKAGES))
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ test-fast: $(VENV)/.installed
 	@if [ -f $(LAYERS) ]; then $(BIN)/python $(LAYERS) .; else echo "skipped $(LAYERS) (not found): the import-linter contracts in .importlinter cover the layering"; fi
 	$(BIN)/mypy --config-file mypy.ini
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+
+# The CUDA paths on one GPU (bench/gpu_check.py: parity on NCCL, zero profile against its dry run, pinned
+# bandwidth, CPU offload's step against DeepSpeed's); exits 2 saying so where there is no GPU.
+gpu-check: $(VENV)/.installed
+	$(BIN)/python bench/gpu_check.py --json gpu_check.json
 
 # Every package alone, including the torch ones (slower: each env installs torch).
 tox-all: $(VENV)/.installed
