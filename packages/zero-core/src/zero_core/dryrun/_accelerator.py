@@ -55,7 +55,7 @@ class DryRunAccelerator(SingleDeviceAccelerator):
         return self.max_memory_allocated(device_index)
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        self._allocator.reset_peak(self.traced)
+        self._allocator.reset_peak()
 
     def total_memory(self, device_index: int | None = None) -> int:
         return self._total

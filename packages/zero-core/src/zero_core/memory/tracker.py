@@ -36,13 +36,17 @@ class OpProbe(Protocol):
 class StorageTracker(TorchDispatchMode):
     """Use as a context manager; figures are per device type ("cpu", "cuda", ...)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, block_bytes: Callable[[int, str], int] | None = None) -> None:
+        """`block_bytes(nbytes, device type)`: what the device's allocator counts for a storage of `nbytes`
+        (a dry run's CUDA blocks, zero_core.dryrun); by default the storage's own bytes."""
         # torch leaves TorchDispatchMode's __init__/__enter__/__exit__ unannotated, and mypy's
         # untyped_calls_exclude (mypy.ini) does not cover calls made through super().
         super().__init__()  # type: ignore[no-untyped-call]
         self._current: dict[str, int] = defaultdict(int)
         self._peak: dict[str, int] = defaultdict(int)
-        self._seen: dict[int, weakref.ref[torch.UntypedStorage]] = {}
+        # storage key -> (the storage, weakly; the device type of its tensors: a fake storage's own is "meta")
+        self._seen: dict[int, tuple[weakref.ref[torch.UntypedStorage], str]] = {}
+        self._block_bytes = block_bytes
         self._listeners: list[AllocationListener] = []
         self._probe: OpProbe | None = None
 
@@ -70,21 +74,25 @@ class StorageTracker(TorchDispatchMode):
         if tensor.device.type == "meta" or (is_fake(tensor) and not counts_fake_tensors()):
             return
         storage = tensor.untyped_storage()
-        key = storage._cdata
-        known = self._seen.get(key)
-        if known is not None and known() is storage:
+        if self.device_of(storage) is not None:
             return
+        key = storage._cdata
         device = tensor.device.type
-        nbytes = storage.nbytes()
-        self._seen[key] = weakref.ref(storage, self._on_free(key, device, nbytes))
+        nbytes = storage.nbytes() if self._block_bytes is None else self._block_bytes(storage.nbytes(), device)
+        self._seen[key] = (weakref.ref(storage, self._on_free(key, device, nbytes)), device)
         self._current[device] += nbytes
         self._peak[device] = max(self._peak[device], self._current[device])
         for listener in self._listeners:
             listener(storage, device)
 
+    def device_of(self, storage: torch.UntypedStorage) -> str | None:
+        """The device type of the tensors on this storage, if it is counted (alive and seen)."""
+        known = self._seen.get(storage._cdata)
+        return known[1] if known is not None and known[0]() is storage else None
+
     def _on_free(self, key: int, device: str, nbytes: int) -> Callable[[Any], None]:
         def release(_ref: Any) -> None:
-            if self._seen.get(key) is _ref:
+            if self._seen.get(key, (None, ""))[0] is _ref:
                 del self._seen[key]
             self._current[device] -= nbytes
 
