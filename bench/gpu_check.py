@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # multirank
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _peers_measure, also in the spawned ranks
 
 import torch
 from zero_plugins import format_table
@@ -43,14 +44,11 @@ Row = dict[str, Any]
 
 
 def _tiny_neox(hidden: int, layers: int, device: str, dtype: torch.dtype) -> torch.nn.Module:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    """The peers benches' GPT-NeoX (_peers_measure.make_model: no dropout, seeded), on `device` in `dtype`."""
+    from _peers_measure import make_model
 
-    config = GPTNeoXConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=8,
-                           intermediate_size=4 * hidden, vocab_size=8192, max_position_embeddings=512,
-                           attention_dropout=0.0, hidden_dropout=0.0)
-    torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(config).to(device=device, dtype=dtype)  # type: ignore[no-untyped-call]
-    return model.train()
+    model = make_model(argparse.Namespace(vocab=8192, hidden=hidden, layers=layers, seq=512))
+    return model.to(device=device, dtype=dtype).train()
 
 
 def _batches(count: int, device: str) -> list[torch.Tensor]:

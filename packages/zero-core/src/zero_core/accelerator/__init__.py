@@ -1,4 +1,5 @@
 """Accelerators: the devices the engine runs on, found through the `zero_register_accelerators` hook."""
+from ._host_memory import total_bytes as host_memory_bytes
 from ._memory_usage import pinned_stats, see_memory_usage
 from ._select import (
     ENV_VAR,
@@ -24,6 +25,7 @@ __all__ = [
     "accelerator_registry",
     "get_accelerator",
     "get_selection",
+    "host_memory_bytes",
     "reset_accelerator",
     "select_accelerator",
     "pinned_stats",

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from zero_plugins import CommandResult, ZeroError, check_output_path
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
 from ._models import hidden_width, max_positions, model_config
+from ..accelerator import host_memory_bytes
 from ._dry import traced_ranks
 from ._request import DryRunTarget, ProfileRequest, Setting
 from ._run import run_profile
@@ -27,10 +27,6 @@ DEFAULT_DS_CONFIG: dict[str, Any] = {
 
 MAX_DRY_RUN_RANKS = 65536
 DEFAULT_DEVICE_MEMORY = 80 << 30  # an 80 GB A100 or H100
-
-
-def host_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class ProfileArgumentError(ZeroError, ValueError):
@@ -68,7 +64,8 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
                      (choices if stage == 3 else (None,)))
     request = ProfileRequest(args.model, config, ds_config, settings, nproc, micro_batch, seq_len,
                              _bounded(args.steps, "--steps", 1, 1000), lora_rank,
-                             gradient_checkpointing=bool(args.gradient_checkpointing), timeout=_bounded_seconds(args.timeout, "--timeout", 1.0, 86400.0),
+                             gradient_checkpointing=bool(args.gradient_checkpointing),
+                             timeout=_bounded_number(args.timeout, "--timeout", 1.0, 86400.0, "seconds"),
                              notes=tuple(notes), dry_run=dry_run)
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
@@ -91,7 +88,7 @@ def _dry_run_target(args: argparse.Namespace, base: ZeroConfig, nproc: int) -> D
     if args.device_memory is None:
         total = DEFAULT_DEVICE_MEMORY if device == "cuda" else host_memory_bytes()
     else:
-        total = int(_bounded_seconds(args.device_memory, "--device-memory", 0.125, 1 << 20, "GiB") * (1 << 30))
+        total = int(_bounded_number(args.device_memory, "--device-memory", 0.125, 1 << 20, "GiB") * (1 << 30))
     return DryRunTarget(device, total, traced_ranks(nproc))
 
 
@@ -109,7 +106,7 @@ def _integer(value: str, flag: str) -> int:
         raise ProfileArgumentError(f"{flag}: {value!r} is not a whole number") from None
 
 
-def _bounded_seconds(value: float, flag: str, low: float, high: float, unit: str = "seconds") -> float:
+def _bounded_number(value: float, flag: str, low: float, high: float, unit: str) -> float:
     if not low <= value <= high:  # also refuses nan
         raise ProfileArgumentError(f"{flag} {value:g} is out of range; pass {low:g} to {high:g} {unit}")
     return value
