@@ -16,6 +16,7 @@ from zero_plugins import Category
 from ..accelerator import get_accelerator
 from ..memory import MemoryLedger, Placement
 from ._failure import guarded
+from ._process_group import is_fake_group
 from ._progress import RankProgress
 
 # torch 2.13 renamed the single-tensor collectives; older releases only have the old names.
@@ -74,10 +75,8 @@ class Collectives:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.progress = RankProgress(self.rank, self.world_size)
-        backend = str(dist.get_backend(group))
-        self._modelled = backend == "fake"  # a dry run: the backend is the one its accelerator stands for
-        if self._modelled:
-            backend = get_accelerator().communication_backend_name()
+        self._modelled = is_fake_group(group)  # a dry run: the backend is the one its accelerator stands for
+        backend = get_accelerator().communication_backend_name() if self._modelled else str(dist.get_backend(group))
         self._gloo = backend == "gloo"  # stages all-gathers and reduce-scatters (_Staging)
 
     # torch's collectives are unannotated: they return a Work handle with async_op=True, else None.

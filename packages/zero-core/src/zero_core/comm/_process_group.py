@@ -71,3 +71,9 @@ def _join(accelerator: Accelerator, backend: str, timeout: timedelta | None, ini
         # torch.distributed imports HashStore from torch._C without re-exporting it (no `as`, no __all__).
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,  # type: ignore[attr-defined]
                                 timeout=timeout)
+
+
+def is_fake_group(group: dist.ProcessGroup | None = None) -> bool:
+    """Whether the group is torch's fake one: a dry run (zero_core.dryrun), one process standing for every rank,
+    whose collectives move no data."""
+    return str(dist.get_backend(group)) == "fake"

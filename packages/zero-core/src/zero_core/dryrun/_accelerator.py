@@ -26,7 +26,7 @@ class DryRunAccelerator(SingleDeviceAccelerator):
             raise ValueError(f"a dry run targets one of {', '.join(DEVICES)} (got {device!r})")
         self.target, self._allocator, self._total = device, allocator, total_memory
         self.traced = TRACED_DEVICE[device]  # the device type of its fake tensors
-        self._pinned: dict[int, tuple[weakref.ref[torch.UntypedStorage], int]] = {}
+        self._pinned: weakref.WeakValueDictionary[int, torch.UntypedStorage] = weakref.WeakValueDictionary()
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -75,22 +75,16 @@ class DryRunAccelerator(SingleDeviceAccelerator):
         if self.target == "cpu":
             return pinned  # as torch's pin backend without an accelerator: nothing to pin for
         storage = pinned.untyped_storage()
-        key = storage._cdata
-
-        def forget(reference: weakref.ref[torch.UntypedStorage]) -> None:
-            if self._pinned.get(key, (None, 0))[0] is reference:
-                del self._pinned[key]
-
-        self._pinned[key] = (weakref.ref(storage, forget), storage.nbytes())
+        self._pinned[storage._cdata] = storage  # forgotten when the storage dies
         return pinned
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
-        found = self._pinned.get(tensor.untyped_storage()._cdata)
-        return found is not None and found[0]() is tensor.untyped_storage()
+        storage = tensor.untyped_storage()
+        return self._pinned.get(storage._cdata) is storage
 
     def unpin_memory(self, tensor: torch.Tensor) -> bool:
         return self._pinned.pop(tensor.untyped_storage()._cdata, None) is not None
 
     def pinned_bytes(self) -> int:
         """Host bytes the engine asked to pin that are alive now (modelled: nothing is pinned)."""
-        return sum(nbytes for reference, nbytes in self._pinned.values() if reference() is not None)
+        return sum(storage.nbytes() for storage in self._pinned.values())
