@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def dry_run(preset: str, nproc: int, seq_len: int) -> tuple[dict[str, Any], floa
     started = time.monotonic()
     done = subprocess.run([str(zero), "profile", "--dry-run", "--model", preset, "--nproc", str(nproc), "--stages",
                            "2,3", "--micro-batch", "1", "--seq-len", str(seq_len), "--steps", "2", "--json"],
-                          capture_output=True, text=True, check=False, env={"OMP_NUM_THREADS": "1", "PATH": ""})
+                          capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         raise SystemExit(f"{preset}: zero profile --dry-run failed:\n{done.stderr[-2000:]}")
     report: dict[str, Any] = json.loads(done.stdout)
@@ -49,7 +50,7 @@ def main() -> None:
     unknown = [name for name in presets if name not in causal_lm_presets()]
     if unknown:
         parser.error(f"--presets: {', '.join(unknown)} not among {', '.join(causal_lm_presets())}")
-    print(f"| preset | stage | dry-run peak (GiB) | at | estimated peak (GiB) | estimator error | dry run (s) |")
+    print("| preset | stage | dry-run peak (GiB) | at | estimated peak (GiB) | estimator error | dry run (s) |")
     print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
     for preset in presets:
         print(f"dry run: {preset} ...", file=sys.stderr, flush=True)
