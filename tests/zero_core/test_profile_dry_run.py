@@ -149,3 +149,11 @@ def test_a_cuda_target_offloads_to_pinned_host_memory_and_checkpoints(tmp_path: 
         "the offloaded partitions are pinned (modelled)"
     assert "optim.state" not in setting["phases"]["step"]["measured"], "nothing of the optimizer stays on the device"
     assert any("pinned host memory" in what for what in report["dry_run"]["modelled"])
+
+
+def test_a_dry_run_stops_at_the_timeout_with_the_fix() -> None:
+    done = run_zero("profile", "--model", "pythia-tiny", "--dry-run", "--stages", "0,1,2,3", "--steps", "50",
+                    "--timeout", "1", timeout=120)
+    assert done.returncode != 0
+    assert "zero profile --dry-run was still tracing after --timeout 1 seconds and was stopped; pass a larger " \
+           "--timeout" in done.stderr, done.stderr[-2000:]

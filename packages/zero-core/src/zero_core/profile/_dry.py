@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import copy
 import gc
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+from zero_plugins import ZeroError
 
 from ..dryrun import TARGET_OF, dry_run
 from ._models import build_model
@@ -44,11 +48,38 @@ def run_dry_ranks(request: ProfileRequest) -> list[list[dict[str, Any]]]:
     """What `run_ranks` returns for a real run: per traced rank, per setting, the measured phases."""
     target = request.dry_run
     assert target is not None, "run_dry_ranks needs a request with dry_run set"
-    _progress("the model")("building it on the meta device, once for every rank and setting")
-    # Built once (seconds for a 70B model), copied for each trace (a tenth of a second): a meta model holds no data.
-    template = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed,
-                                                   device="meta"))
-    return [_dry_rank(rank, request, target, template) for rank in target.ranks]
+    with _deadline(request.timeout):
+        _progress("the model")("building it on the meta device, once for every rank and setting")
+        # Built once (seconds for a 70B model), copied for each trace (a tenth of a second): a meta model holds no
+        # data.
+        template = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed,
+                                                       device="meta"))
+        return [_dry_rank(rank, request, target, template) for rank in target.ranks]
+
+
+class DryRunTimedOut(ZeroError, TimeoutError):
+    """A dry run still tracing at --timeout."""
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Stop the block after `seconds` (--timeout), as a real run's ranks are killed then. Python delivers signals
+    to the main thread only: a dry run started from another thread (the Python API) has no deadline."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise DryRunTimedOut(f"zero profile --dry-run was still tracing after --timeout {seconds:g} seconds and was "
+                             "stopped; pass a larger --timeout, or fewer --steps or settings")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _dry_rank(rank: int, request: ProfileRequest, target: DryRunTarget,
