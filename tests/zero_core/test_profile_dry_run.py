@@ -157,3 +157,12 @@ def test_a_dry_run_stops_at_the_timeout_with_the_fix() -> None:
     assert done.returncode != 0
     assert "zero profile --dry-run was still tracing after --timeout 1 seconds and was stopped; pass a larger " \
            "--timeout" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_model_type_transformers_does_not_know_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nosuch", "hidden_size": 64}))
+    done = run_zero("profile", "--model", str(tmp_path), "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["zero: error: --model: model_type 'nosuch' is not one transformers "
+                                                "knows; pass the config.json of a causal language model (llama, "
+                                                "gpt_neox, qwen2, ...)"], done.stderr[-2000:]

@@ -78,12 +78,21 @@ def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0, *,
     from transformers import AutoConfig, AutoModelForCausalLM
 
     settings = {key: value for key, value in config.items() if key != "model_type"}
-    hf_config = AutoConfig.for_model(config["model_type"], **settings)
+    kind = config["model_type"]
+    try:
+        hf_config = AutoConfig.for_model(kind, **settings)
+    except ValueError:  # transformers' message lists every model type it knows
+        raise ModelConfigError(f"--model: model_type {kind!r} is not one transformers knows; pass the config.json "
+                               "of a causal language model (llama, gpt_neox, qwen2, ...)") from None
     torch.manual_seed(seed)
     # Eager attention keeps the scores the estimator counts; SDPA would hide them.
     with torch.device(device):
-        model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            hf_config, attn_implementation="eager")
+        try:
+            model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+                hf_config, attn_implementation="eager")
+        except ValueError:  # an encoder (BERT), an encoder-decoder (T5): no causal-LM class
+            raise ModelConfigError(f"--model: model_type {kind!r} has no causal language model in transformers; "
+                                   "zero profile trains causal LMs: pass the config.json of one") from None
     model.train()
     return model.to(dtype)
 
