@@ -166,3 +166,13 @@ def test_a_model_type_transformers_does_not_know_is_one_line(tmp_path: Path) -> 
     assert done.stderr.strip().splitlines() == ["zero: error: --model: model_type 'nosuch' is not one transformers "
                                                 "knows; pass the config.json of a causal language model (llama, "
                                                 "gpt_neox, qwen2, ...)"], done.stderr[-2000:]
+
+
+def test_a_value_transformers_refuses_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
+                                                      "num_attention_heads": "x"}))
+    done = run_zero("profile", "--model", str(tmp_path), "--dry-run")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zero: error: --model: transformers refuses this llama config: "
+                                                   "Validation error for field 'num_attention_heads'"), lines

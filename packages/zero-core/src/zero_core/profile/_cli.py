@@ -10,7 +10,7 @@ from zero_plugins import CommandResult, ZeroError, check_output_path
 
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
-from ._models import hidden_width, max_positions, model_config
+from ._models import hidden_width, max_positions, model_config, transformers_config
 from ..accelerator import host_memory_bytes
 from ._dry import traced_ranks
 from ._request import DryRunTarget, ProfileRequest, Setting
@@ -69,6 +69,7 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
                              notes=tuple(notes), dry_run=dry_run)
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
+    transformers_config(config)  # so does a model transformers refuses, before any rank starts or anything prints
     return request
 
 

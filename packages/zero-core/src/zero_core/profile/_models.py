@@ -75,15 +75,10 @@ def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0, *,
                 device: str = "cpu") -> torch.nn.Module:
     """A causal-LM of `config` with random weights (seeded), in training mode, cast to `dtype`; on the "meta"
     device it holds no memory and no values (a dry run gives it fake storage)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    settings = {key: value for key, value in config.items() if key != "model_type"}
     kind = config["model_type"]
-    try:
-        hf_config = AutoConfig.for_model(kind, **settings)
-    except ValueError:  # transformers' message lists every model type it knows
-        raise ModelConfigError(f"--model: model_type {kind!r} is not one transformers knows; pass the config.json "
-                               "of a causal language model (llama, gpt_neox, qwen2, ...)") from None
+    hf_config = transformers_config(config)
     torch.manual_seed(seed)
     # Eager attention keeps the scores the estimator counts; SDPA would hide them.
     with torch.device(device):
@@ -95,6 +90,26 @@ def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0, *,
                                    "zero profile trains causal LMs: pass the config.json of one") from None
     model.train()
     return model.to(dtype)
+
+
+def transformers_config(config: dict[str, Any]) -> Any:
+    """The transformers config object of `config`; one line if transformers does not know its model_type or
+    refuses a value."""
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    kind = config["model_type"]
+    if kind not in CONFIG_MAPPING:  # transformers' own message lists every model type it knows
+        raise ModelConfigError(f"--model: model_type {kind!r} is not one transformers knows; pass the config.json "
+                               "of a causal language model (llama, gpt_neox, qwen2, ...)")
+    settings = {key: value for key, value in config.items() if key != "model_type"}
+    try:
+        return AutoConfig.for_model(kind, **settings)
+    # Any error here is transformers refusing a value of the user's file (a TypeError, a ValueError, or
+    # huggingface_hub's strict-dataclass validation error, which is neither): one line, not its traceback.
+    except Exception as error:
+        said = " ".join(line.strip() for line in str(error).strip().splitlines()[:2]) or type(error).__name__
+        raise ModelConfigError(f"--model: transformers refuses this {kind} config: {said}; fix that key of the "
+                               "config.json") from None
 
 
 def hidden_width(config: dict[str, Any], model: str) -> int:
