@@ -64,6 +64,7 @@ def _train_all(rank: int, world_size: int) -> dict[str, Any]:
                 "offloaded_bytes": handle.offloaded_bytes if handle is not None else 0,
                 "offloaded_tensors": handle.offloaded_tensors if handle is not None else 0,
                 "hooks": _hooks(layers),
+                "pinning": engine.memory_report().pinning,
             }
             if handle is not None:
                 handle.remove()
@@ -106,8 +107,22 @@ def test_offload_moves_saved_activations_to_host_in_the_ledger(trained, stage: i
         assert got["device_peak"] < plain["device_peak"], "the saved activations left the device"
         # Every forward offloads the same tensors, and all of one forward's copies live until its backward.
         assert got["host_peak"] == got["offloaded_bytes"] // STEPS
-        assert got["host_current"] == 0, "the host copies die with the graph"
+        # The host copies die with the graph, and their blocks stay in the pool for the next forward.
+        assert got["host_current"] == got["host_peak"]
         assert plain["host_peak"] == 0
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_host_copies_are_allocated_in_the_first_step_only(trained, stage: int) -> None:  # type: ignore[no-untyped-def]
+    for rank_result in trained:
+        got = rank_result[f"stage{stage}-offload"]
+        first, *later = got["pinning"]
+        assert len(later) == STEPS - 1
+        # One born-pinned block per host copy of the first forward, nothing copied into pinned memory...
+        assert first["allocations"] == got["offloaded_tensors"] // STEPS
+        assert first["allocated_bytes"] == got["offloaded_bytes"] // STEPS and first["copies"] == 0
+        # ...and none after: every later forward takes the same blocks again.
+        assert all(step == {"allocations": 0, "allocated_bytes": 0, "copies": 0, "copied_bytes": 0} for step in later)
 
 
 def test_stage3_copies_no_gathered_parameter(trained) -> None:  # type: ignore[no-untyped-def]

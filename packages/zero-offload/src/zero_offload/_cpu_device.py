@@ -37,11 +37,10 @@ class CpuOffloadDevice(OffloadDevice):
             check_pinned_memory(plan, self.settings)
 
     def allocate(self, numel: int, dtype: torch.dtype, category: Category, *, pin: bool) -> torch.Tensor:
-        tensor = torch.empty(numel, dtype=dtype)
         pin = pin and self.settings.pin_memory
         accelerator = self.settings.accelerator  # pins with the selected pin backend (a dry run's: modelled)
-        if pin:
-            tensor = accelerator.pin_memory(tensor, make_copy=False)
+        # Born pinned: no pageable temporary, and nothing pinned again in later steps.
+        tensor = accelerator.empty_pinned(numel, dtype) if pin else torch.empty(numel, dtype=dtype)
         tensor.zero_()
         pinned = pin and accelerator.is_pinned(tensor)
         return self.settings.ledger.register(tensor, category, Placement.HOST, pinned)
@@ -87,5 +86,5 @@ class CpuOffloadDevice(OffloadDevice):
 
 def _backend_pins(accelerator: Accelerator) -> bool:
     """Whether the selected pin backend really locks memory here (torch's is a no-op without an accelerator)."""
-    probe = accelerator.pin_memory(torch.empty(1), make_copy=False)
+    probe = accelerator.empty_pinned(1, torch.float32)
     return accelerator.is_pinned(probe)

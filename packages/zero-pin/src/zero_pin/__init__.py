@@ -3,9 +3,11 @@
 DS_PIN_MEMORY_BACKEND selects the backend (default `torch`). Importing this package does not
 import torch; the backends do, when first used.
 """
+from ._activity import PinActivity, pin_activity
 from ._accounting import PinnedMemoryStats, pinned_memory_stats, pinned_memory_summary, track_pinned_storage
 from ._backend import PinBackend
 from ._cache import empty_cache
+from ._pool import PinnedPool
 from ._host_allocator import (
     HostAllocatorStats,
     count_host_allocations,
@@ -22,6 +24,7 @@ from ._units import format_bytes
 from ._select import (
     available_backends,
     backend_statuses,
+    empty_pinned,
     get_backend,
     is_pinned,
     pin_memory,
@@ -30,7 +33,9 @@ from ._select import (
 from .__about__ import __version__
 
 __all__ = [
+    "PinActivity",
     "PinnedMemoryStats",
+    "PinnedPool",
     "HostAllocatorStats",
     "MemlockLimitError",
     "NativeBuildError",
@@ -44,6 +49,7 @@ __all__ = [
     "counted_blocks",
     "counting_host_allocations",
     "empty_cache",
+    "empty_pinned",
     "format_bytes",
     "get_backend",
     "host_allocator_counts",
@@ -51,6 +57,7 @@ __all__ = [
     "is_pinned",
     "memlock_limit",
     "native_build_state",
+    "pin_activity",
     "pin_memory",
     "pinned_memory_stats",
     "pinned_memory_summary",

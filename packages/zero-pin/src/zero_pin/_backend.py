@@ -26,6 +26,14 @@ class PinBackend(ABC):
         """Return a pinned tensor: a copy of `tensor` (make_copy) or uninitialised memory for as
         many elements, shaped like `tensor` (match_shape) or flat."""
 
+    def empty(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat, uninitialised pinned tensor of `numel` elements, born pinned: nothing is copied.
+
+        Backends override it to skip the temporary this default pins (a plugin need not)."""
+        import torch
+
+        return self.pin_memory(torch.empty(numel, dtype=dtype), make_copy=False, match_shape=False)
+
     @abstractmethod
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         """True when the tensor's memory lies in memory pinned by this backend (views included)."""

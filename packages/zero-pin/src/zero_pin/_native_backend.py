@@ -59,18 +59,20 @@ class NativeBackend(PinBackend):
     def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
         check_pinnable(tensor, make_copy)
         shape = tuple(tensor.shape) if match_shape else (tensor.numel(),)
-        nbytes = tensor.numel() * tensor.element_size()
+        pinned = self.empty(tensor.numel(), tensor.dtype).view(shape)
+        if make_copy:
+            with torch.no_grad():  # a pinned buffer is storage, not a step of the autograd graph
+                pinned.copy_(tensor.reshape(shape))
+        return pinned
+
+    def empty(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
         view = memoryview(self._lock_block(nbytes))
         pin = _Pin(view.obj, view)
         self._ranges.add(pin.start, pin.start + pin.block.nbytes, pin)
         # The storage holds `view`, `view` the block: when the last tensor dies, so does `view`.
         weakref.finalize(view, defer, functools.partial(self._release, pin)).atexit = False
-        pinned = torch.frombuffer(view, dtype=torch.uint8)[:nbytes]
-        pinned = pinned.view(tensor.dtype).view(shape)
-        if make_copy:
-            with torch.no_grad():  # a pinned buffer is storage, not a step of the autograd graph
-                pinned.copy_(tensor.reshape(shape))
-        return pinned
+        return torch.frombuffer(view, dtype=torch.uint8)[:nbytes].view(dtype)
 
     def _lock_block(self, nbytes: int) -> Any:
         """A locked block for `nbytes`: a cached one of its size, or a new one."""

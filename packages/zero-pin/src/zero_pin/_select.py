@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from zero_plugins import NamedRegistry, Status
 
 from . import _hookspecs
+from ._activity import COUNTER
 from ._backend import PinBackend
 
 if TYPE_CHECKING:
@@ -48,8 +49,24 @@ def backend_statuses() -> list[Status]:
 
 
 def pin_memory(tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
-    """Pin with the selected backend: a copy of `tensor` (make_copy), shaped like it (match_shape) or flat."""
-    return get_backend().pin_memory(tensor, make_copy=make_copy, match_shape=match_shape)
+    """Pin with the selected backend: a copy of `tensor` (make_copy), shaped like it (match_shape) or flat.
+
+    Each call is a new pinned buffer (the native backend may take a cached one: then a copy into it); for
+    buffers that live across steps, allocate them born pinned with `empty_pinned`, or from a `PinnedPool`."""
+    pinned = get_backend().pin_memory(tensor, make_copy=make_copy, match_shape=match_shape)
+    COUNTER.record(tensor.numel() * tensor.element_size(), copy=make_copy)
+    return pinned
+
+
+def empty_pinned(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A flat, uninitialised tensor of `numel` elements, born pinned by the selected backend (no copy).
+
+    Without an accelerator the torch backend pins nothing: the tensor is plain host memory, as with pin_memory."""
+    if numel < 0:
+        raise ValueError(f"empty_pinned: numel must be >= 0 (got {numel})")
+    pinned = get_backend().empty(numel, dtype)
+    COUNTER.record(pinned.numel() * pinned.element_size(), copy=False)
+    return pinned
 
 
 def is_pinned(tensor: torch.Tensor) -> bool:

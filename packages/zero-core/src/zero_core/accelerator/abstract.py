@@ -116,6 +116,10 @@ class Accelerator(abc.ABC):
     def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
         return zero_pin.pin_memory(tensor, make_copy=make_copy, match_shape=match_shape)
 
+    def empty_pinned(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat host buffer born pinned (nothing copied); buffers that live across steps come from here."""
+        return zero_pin.empty_pinned(numel, dtype)
+
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return zero_pin.is_pinned(tensor)
 

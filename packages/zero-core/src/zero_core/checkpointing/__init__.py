@@ -6,6 +6,7 @@ which saves models.
 docs/activations.md describes the calls and the `activation_checkpointing` config block.
 """
 from ._function import checkpoint, non_reentrant_checkpoint, reset
+from ._host import release_host_pool, trim_host_pool
 from ._offload import OffloadHandle, offload_saved_activations
 from ._settings import Settings, configure, is_configured, settings, unconfigure, use_ledger
 
@@ -20,5 +21,7 @@ __all__ = [
     "reset",
     "settings",
     "unconfigure",
+    "release_host_pool",
+    "trim_host_pool",
     "use_ledger",
 ]

@@ -71,7 +71,12 @@ class DryRunAccelerator(SingleDeviceAccelerator):
 
     # --- pinning, modelled ---
     def pin_memory(self, tensor: torch.Tensor, make_copy: bool = True, match_shape: bool = True) -> torch.Tensor:
-        pinned = torch.empty_like(tensor, device="cpu").copy_(tensor) if make_copy else tensor
+        return self._remember(torch.empty_like(tensor, device="cpu").copy_(tensor) if make_copy else tensor)
+
+    def empty_pinned(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        return self._remember(torch.empty(numel, dtype=dtype, device="cpu"))
+
+    def _remember(self, pinned: torch.Tensor) -> torch.Tensor:
         if self.target == "cpu":
             return pinned  # as torch's pin backend without an accelerator: nothing to pin for
         storage = pinned.untyped_storage()

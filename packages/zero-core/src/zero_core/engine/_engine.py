@@ -16,6 +16,7 @@ from ..sharding import GradReducer, Homes, StagePolicy, TrainingPasses, ZeroOpti
 from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
 from ._deepspeed_calls import DeepSpeedCalls
+from ._pin_steps import PinningPerStep
 from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_reached
 from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
@@ -84,6 +85,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._skips = SkippedSteps(limits.consecutive_limit(dynamic), limits.initial_limit(dynamic))
         self._trainable = TrainableSet(parts.module)
         self._losses = LossWatch()
+        self._pinning = PinningPerStep()
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -176,6 +178,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
                                            f"loss scale {scale:g} -> {after:g}" if self.fp16_enabled() else "")
             self.global_steps += 1
             self.global_samples += self.train_batch_size()
+            self._pinning.end_step()
         self.micro_steps += 1
 
     def _post(self, phase: str) -> None:
@@ -274,7 +277,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""
         setup = LeverSetup(self.policy.stage, self.world_size, optimizer_offloaded=self.policy.optimizer_state.offloaded,
                            parameters_offloaded=self.policy.parameters.offloaded)
-        return self.ledger.report(pinned=pinned_stats(), setup=setup)
+        return self.ledger.report(pinned=pinned_stats(), setup=setup, pinning=self._pinning.per_step())
 
     def track_memory(self, enabled: bool = True) -> None:
         """Attribute memory the engine does not own (activations, temporaries) during forward, backward
@@ -295,6 +298,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._reducer.remove_hooks()
         self._passes.remove_hooks()
         self._homes.close()
+        self._pinning.close()
 
     def __getattr__(self, name: str) -> Any:
         try:

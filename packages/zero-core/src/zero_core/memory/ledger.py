@@ -287,7 +287,8 @@ class MemoryLedger:
         return {where: {**{c: v for c, v in categories.items() if v}, "total": self._total[where]}
                 for where, categories in sorted(self._current.items()) if self._total[where]}
 
-    def report(self, pinned: PinnedMemoryStats | None = None, setup: LeverSetup | None = None) -> MemoryReport:
+    def report(self, pinned: PinnedMemoryStats | None = None, setup: LeverSetup | None = None,
+               pinning: list[dict[str, int]] | None = None) -> MemoryReport:
         memory: dict[str, dict[str, dict[str, int]]] = {}
         for where in sorted(self._current):
             rows: dict[str, dict[str, int]] = {
@@ -300,7 +301,7 @@ class MemoryLedger:
         comm = {op: count.as_dict() for op, count in sorted(self._comm.items())}
         at_peak = {where: dict(categories) for where, categories in sorted(self._at_peak.items())}
         return MemoryReport(memory, comm=comm, pinned=pinned, tracked=self.tracking, at_peak=at_peak, setup=setup,
-                            allocator=self.allocator_figures())
+                            allocator=self.allocator_figures(), pinning=pinning)
 
     # --- bookkeeping ---
     def _on_new_storage(self, storage: torch.UntypedStorage, device: str) -> None:

@@ -33,7 +33,9 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
     "host.pinned", "nvme" for offloaded copies.
 
     `.comm` holds the collectives (`{op: {"calls", "payload_bytes", "sent_bytes"}}`) and
-    `.pinned` zero-pin's process-wide pinned host memory, when known. `str()` is a table.
+    `.pinned` zero-pin's process-wide pinned host memory, when known; `.pinning` the pinned buffers requested
+    in each optimizer step (zero_pin.PinActivity's fields; 0 after the first step when buffers are reused).
+    `str()` is a table.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         at_peak: dict[str, dict[str, int]] | None = None,
         setup: LeverSetup | None = None,
         allocator: AllocatorFigures | None = None,
+        pinning: list[dict[str, int]] | None = None,
     ) -> None:
         super().__init__(memory)
         self.comm = comm
@@ -53,10 +56,11 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         self.at_peak = at_peak or {}  # {location: {category: bytes held when the location's total peaked}}
         self.setup = setup  # the engine's stage and world: what the levers are computed from
         self.allocator = allocator  # the allocator beside the ledger (memory/ruler.py), when one counts
+        self.pinning = pinning or []  # per optimizer step: pinned buffers requested (allocations, copies, bytes)
 
     def as_dict(self) -> dict[str, Any]:
         return {"memory": dict(self), "comm": self.comm, "pinned": self.pinned, "tracked": self.tracked,
-                "at_peak": self.at_peak, "allocator": self.allocator}
+                "at_peak": self.at_peak, "allocator": self.allocator, "pinning": self.pinning}
 
     def what_made_the_peak(self, location: str) -> str:
         """In words: which categories held a location's memory when its total peaked, and the levers on the largest."""
@@ -91,6 +95,8 @@ class MemoryReport(dict[str, dict[str, dict[str, int]]]):
         if self.pinned is not None:
             total = self.pinned["total"]
             parts.append(f"pinned host memory (process-wide): {_size(total['current'])} now, peak {_size(total['peak'])}")
+        if self.pinning:
+            parts.append(_pinning_line(self.pinning))
         if self.comm:
             comm_rows = [
                 (op, c["calls"], _size(c["payload_bytes"]), _size(c["sent_bytes"])) for op, c in self.comm.items()
@@ -122,6 +128,17 @@ def _allocator_lines(figures: AllocatorFigures | None) -> list[str]:
     if rows:
         lines.append(format_table(["phase", "allocator peak", "ledger peak", "untracked", "of allocator"], rows))
     return lines
+
+
+def _pinning_line(steps: list[dict[str, int]]) -> str:
+    first, later = steps[0], steps[1:]
+    text = (f"pinned buffers requested per optimizer step: step 1 {first['allocations']} "
+            f"({_size(first['allocated_bytes'])}), {first['copies']} copies")
+    if later:
+        allocations = sum(step["allocations"] for step in later)
+        copies = sum(step["copies"] for step in later)
+        text += f"; steps 2-{len(steps)} {allocations} in all, {copies} copies"
+    return text
 
 
 def _share(part: int, whole: int) -> str:

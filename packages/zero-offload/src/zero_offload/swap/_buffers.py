@@ -55,10 +55,8 @@ def aligned_empty(numel: int, dtype: torch.dtype = torch.uint8, *, pin: bool = T
 
 
 def _allocate(nbytes: int, pin: bool) -> torch.Tensor:
-    tensor = torch.empty(nbytes, dtype=torch.uint8)
-    if pin:
-        tensor = zero_pin.pin_memory(tensor, make_copy=False, match_shape=False)
-    return tensor
+    # Born pinned (zero_pin.empty_pinned): no pageable temporary to pin.
+    return zero_pin.empty_pinned(nbytes, torch.uint8) if pin else torch.empty(nbytes, dtype=torch.uint8)
 
 
 def check_swappable(tensor: object, what: str) -> torch.Tensor:
