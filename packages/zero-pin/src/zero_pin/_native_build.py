@@ -3,8 +3,10 @@
 Two ops: `locked_block.cpp` (the native pin backend) and `counting_allocator.cpp` (the exact count
 of torch's CPU allocator, see _host_allocator). Each build is cached under TORCH_EXTENSIONS_DIR
 (torch's default cache when unset), in a folder named after a hash of everything the binary depends
-on: the source, the flags, torch and Python. A build is reused only where it fits, and two versions
-never overwrite each other. torch is imported inside the methods so that `import zero_pin` stays light.
+on: the source, the flags, torch and Python (and the CPU, for an op built with -march=native). A
+build is reused only where it fits, and two versions never overwrite each other. Other packages
+build their ops with NativeOp too (zero-offload's fused CPU optimizers), from their own csrc.
+torch is imported inside the methods so that `import zero_pin` stays light.
 """
 from __future__ import annotations
 
@@ -54,11 +56,38 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
-class NativeOp:
-    """One C++ source built into one extension module on first use; a failed build is remembered."""
+def cpu_fingerprint() -> str:
+    """The CPU model and feature flags: what -march=native compiles for (the first core's, from
+    /proc/cpuinfo on Linux; else the processor name)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")  # x86, then Arm's names
+    first: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() in wanted:
+            first.setdefault(key.strip(), value.strip())
+    return "\n".join(f"{key}: {value}" for key, value in sorted(first.items())) or platform.machine()
 
-    def __init__(self, source: str, prefix: str, what: str, fallback: str, hint: str) -> None:
-        self.source = CSRC / source
+
+class NativeOp:
+    """One C++ source built into one extension module on first use; a failed build is remembered.
+
+    `csrc` is the folder of the source (zero-pin's by default); `cflags` and `ldflags` go to the
+    compiler and linker; `cpu_specific` puts the CPU in the cache key, for flags such as -march=native;
+    `prebuild` says how to build ahead of first use.
+    """
+
+    def __init__(self, source: str, prefix: str, what: str, fallback: str, hint: str, *, csrc: Path = CSRC,
+                 cflags: tuple[str, ...] = CFLAGS, ldflags: tuple[str, ...] = (), cpu_specific: bool = False,
+                 prebuild: str = "run `zero pin build`") -> None:
+        self.source = csrc / source
+        self.prebuild = prebuild
+        self.cflags = cflags
+        self.ldflags = ldflags
+        self.cpu_specific = cpu_specific
         self.prefix = prefix
         self.what = what  # "the native pin op", for messages
         self.fallback = fallback  # what to do without it, ends every error
@@ -70,7 +99,12 @@ class NativeOp:
     def extension_name(self) -> str:
         import torch
 
-        key = "\0".join([self.source.read_text(), *CFLAGS, torch.__version__, sys.version, platform.machine()])
+        parts = [self.source.read_text(), *self.cflags, torch.__version__, sys.version, platform.machine()]
+        if self.ldflags:
+            parts += ["ldflags", *self.ldflags]
+        if self.cpu_specific:
+            parts.append(cpu_fingerprint())
+        key = "\0".join(parts)
         return self.prefix + hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def build_directory(self) -> Path:
@@ -100,8 +134,8 @@ class NativeOp:
             directory = self.build_directory()
             directory.mkdir(parents=True, exist_ok=True)
             try:
-                self._op = load(name=self.extension_name(), sources=[str(self.source)], extra_cflags=list(CFLAGS),
-                                build_directory=str(directory), verbose=verbose)
+                self._op = load(name=self.extension_name(), sources=[str(self.source)], extra_cflags=list(self.cflags),
+                                extra_ldflags=list(self.ldflags), build_directory=str(directory), verbose=verbose)
             except Exception as error:  # cpp_extension raises RuntimeError, OSError or ImportError
                 # The compiler's first "error:" line says more than cpp_extension's summary.
                 lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [repr(error)]
@@ -123,7 +157,7 @@ class NativeOp:
         reason = self._cannot_build_reason()
         if reason:
             return {"state": "cannot build", "detail": reason}
-        return {"state": "not built", "detail": f"builds into {self.build_directory()} at first use, or run `zero pin build`"}
+        return {"state": "not built", "detail": f"builds into {self.build_directory()} at first use, or {self.prebuild}"}
 
 
 LOCKED_BLOCK_OP = NativeOp("locked_block.cpp", "zero_pin_native_", "the native pin op",

@@ -1,14 +1,17 @@
-"""CPUAdam: DeepSpeedCPUAdam's constructor over torch's fused CPU Adam/AdamW kernels."""
+"""CPUAdam: DeepSpeedCPUAdam's constructor over the fused op, or torch's fused CPU Adam/AdamW kernels."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from ._base import CPUOptimizer
+from ._base import CPUOptimizer, NativeKernel
 from ._checks import check_betas, check_eps, check_lr, check_weight_decay
 from ._lists import Kernel, StepLists
+from ._native import native_arguments
 
 # torch's kernels always divide by the bias corrections 1 - beta**step. At step 2**62 both are
 # exactly 1.0 for every beta < 1 (beta**step is below half an ulp of 1), and dividing by 1.0 is
@@ -18,13 +21,14 @@ _NO_BIAS_CORRECTION_STEP = float(2**62)
 
 
 class CPUAdam(CPUOptimizer):
-    """Adam and AdamW over CPU tensors, a drop-in for DeepSpeed's DeepSpeedCPUAdam that builds nothing.
+    """Adam and AdamW over CPU tensors, a drop-in for DeepSpeed's DeepSpeedCPUAdam.
 
-    Results equal torch.optim.AdamW(fused=True) (adamw_mode=True) or torch.optim.Adam(fused=True)
-    (adamw_mode=False) bit for bit, for fp32, bf16 and fp16 params with same-dtype states.
-    16-bit params with fp32_optimizer_states=True (the default) get fp32 moments; the param itself
-    stays 16-bit and is rounded once per step. bias_correction=False drops the 1 - beta**t factors.
-    amsgrad is supported (DeepSpeed rejects it).
+    The fused op (see _native) steps fp32, bf16 and fp16 params with fp32 states in one pass,
+    within an ulp or so of torch.optim.AdamW(fused=True) (adamw_mode=True) or
+    torch.optim.Adam(fused=True) (adamw_mode=False); torch's fused kernels step the rest, and
+    everything when the op is off, bit for bit. 16-bit params with fp32_optimizer_states=True
+    (the default) get fp32 moments; the param itself stays 16-bit and is rounded once per step.
+    bias_correction=False drops the 1 - beta**t factors. amsgrad is supported (DeepSpeed rejects it).
     """
 
     def __init__(
@@ -66,5 +70,20 @@ class CPUAdam(CPUOptimizer):
                   lr=float(group["lr"]), beta1=float(beta1), beta2=float(beta2),
                   weight_decay=float(group["weight_decay"]), eps=float(group["eps"]),
                   amsgrad=amsgrad, maximize=False)
+
+        return kernel
+
+    def _native_kernel(self, op: ModuleType, group: dict[str, Any]) -> NativeKernel:
+        lr, (beta1, beta2) = float(group["lr"]), (float(beta) for beta in group["betas"])
+        amsgrad, bias_correction = bool(group["amsgrad"]), bool(group["bias_correction"])
+
+        def kernel(storage: int, lists: StepLists) -> None:
+            pointers, numels = native_arguments(lists)
+            steps = [step.item() for step in lists.steps] if bias_correction else []
+            # In double, as torch's kernel computes them; the op rounds them to fp32.
+            step_sizes = [lr / (1 - beta1**step) for step in steps] if bias_correction else [lr] * len(numels)
+            corrections = [math.sqrt(1 - beta2**step) for step in steps] if bias_correction else [1.0] * len(numels)
+            op.adam_step(storage, pointers, numels, step_sizes, corrections, lr, beta1, beta2,
+                         float(group["eps"]), float(group["weight_decay"]), self.adamw_mode, amsgrad)
 
         return kernel

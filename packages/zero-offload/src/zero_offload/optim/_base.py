@@ -1,23 +1,31 @@
-"""What the CPU optimizers share: param checks, state creation, and dispatch to a list kernel."""
+"""What the CPU optimizers share: param checks, state creation, and dispatch to the fused op or a torch kernel."""
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable
 from itertools import chain
+from types import ModuleType
 from typing import Any, overload
 
 import torch
 
 from ._fp32 import step_widened
 from ._lists import Kernel, StepLists
+from ._native import STORAGE_CODES, cpu_optimizer_op
+
+# One call of the fused op (see _native) over StepLists of one param dtype, given its storage code.
+NativeKernel = Callable[[int, StepLists], None]
 
 _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
-    """A torch optimizer over dense, contiguous CPU tensors whose step is one kernel call per param group.
+    """A torch optimizer over dense, contiguous CPU tensors whose step is one kernel call per param group
+    and param dtype.
 
-    Subclasses name their state tensors and build the kernel for a group. State is created on a
+    Subclasses name their state tensors and build two kernels for a group: the fused op's, for
+    fp32, bf16 and fp16 params with fp32 states, and torch's, for the rest (fp64 params, 16-bit
+    states) and wherever the op is off or cannot build (see _native). State is created on a
     param's first step, zero-filled, with a float32 `step` count, as torch's optimizers keep it.
     """
 
@@ -36,7 +44,11 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
 
     @abstractmethod
     def _kernel(self, group: dict[str, Any]) -> Kernel:
-        """One call of the optimizer's update over StepLists, with `group`'s hyperparameters."""
+        """One call of torch's kernels for the update over StepLists, with `group`'s hyperparameters."""
+
+    @abstractmethod
+    def _native_kernel(self, op: ModuleType, group: dict[str, Any]) -> NativeKernel:
+        """One call of the fused op for the update, with `group`'s hyperparameters."""
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         params = param_group["params"]
@@ -63,14 +75,17 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        with torch.no_grad():
-            for group in self.param_groups:
-                self._step_group(group)
+        if any(param.grad is not None for group in self.param_groups for param in group["params"]):
+            op = cpu_optimizer_op()  # builds on the first step; warns once if it cannot
+            with torch.no_grad():
+                for group in self.param_groups:
+                    self._step_group(group, op)
         return loss
 
-    def _step_group(self, group: dict[str, Any]) -> None:
+    def _step_group(self, group: dict[str, Any], op: ModuleType | None) -> None:
         names = self._state_names(group)
         same_dtype, widened = StepLists([[] for _ in names]), StepLists([[] for _ in names])
+        native: dict[int, StepLists] = {}  # storage code -> params for the fused op
         for param in group["params"]:
             if param.grad is None:
                 continue
@@ -82,17 +97,26 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
             for name in names:
                 if name not in state:  # also covers amsgrad switched on after the first step
                     state[name] = torch.zeros(param.shape, dtype=dtype)
-            lists = same_dtype if dtype == param.dtype else widened
+            if op is not None and dtype == torch.float32 and param.dtype in STORAGE_CODES:
+                lists = native.setdefault(STORAGE_CODES[param.dtype], StepLists([[] for _ in names]))
+            else:
+                lists = same_dtype if dtype == param.dtype else widened
             lists.append(param, grad, [state[name] for name in names], state["step"])
-        steps = same_dtype.steps + widened.steps
+        all_lists = [same_dtype, widened, *native.values()]
+        steps = [step for lists in all_lists for step in lists.steps]
         if not steps:
             return
         torch._foreach_add_(steps, 1.0)
-        kernel = self._kernel(group)
-        if same_dtype.params:
-            kernel(same_dtype)
-        if widened.params:
-            step_widened(kernel, widened)
+        if op is not None and native:
+            native_kernel = self._native_kernel(op, group)
+            for storage, lists in native.items():
+                native_kernel(storage, lists)
+        if same_dtype.params or widened.params:
+            kernel = self._kernel(group)
+            if same_dtype.params:
+                kernel(same_dtype)
+            if widened.params:
+                step_widened(kernel, widened)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
