@@ -1,23 +1,28 @@
-"""zero's CPU optimizers against DeepSpeed's and torch's, on the same tensors, as a share of memory bandwidth.
+"""zero's CPU optimizers against DeepSpeed's (and optionally torch's), on the same tensors: the median paired ratio.
 
-An optimizer step over N fp32 params is memory-bound: Adam reads param, grad, exp_avg and
-exp_avg_sq and writes param, exp_avg and exp_avg_sq (7 x 4 bytes per param); Adagrad and Lion
-read 3 and write 2 tensors (5 x 4 bytes). With --param-dtype bf16 the param and grad take
-2 bytes and the states stay fp32 (fp32_optimizer_states; torch's optimizers are left out, as
-they keep bf16 states). The bench measures the machine's bandwidth in the same run, between
-the steps (an in-place add_ of 1 GiB tensors: bytes read + written per second, best of all
-rounds), and prints each optimizer's step time, params/s, the bytes it must move per second,
-and that as a share of the bandwidth. Each optimizer runs on one tensor of --numel params and
-on the same params cut into --sub-groups chunks (what the engine hands over). Timings are best
-of --repeat steps after one warm-up step, taken round-robin (each first in turn) across
-optimizers so that background load hits all of them alike.
+Each family (adam, adagrad, lion) runs on one tensor of --numel params and on the same params cut
+into --sub-groups chunks (what the engine hands over). Every optimizer steps its own copy of the
+params, all with the same grads, once as a warm-up (which creates the state) and then once per
+round for --rounds rounds. In each round zero's step and DeepSpeed's are timed back to back, in
+turn first, and their ratio (zero / DeepSpeed: below 1, zero is faster) is that round's pair; the
+result per family and layout is the median of those pairs, checked against --target (0.95):
+pairs share whatever load the machine has at that moment, which a best-of-N of each does not.
+A PASS/FAIL line per family and layout and a final verdict close the output.
 
-DeepSpeed's CPU ops are built on first use (about 100 s each on an idle 2-core machine, cached
-in ~/.cache/torch_extensions); they are skipped, with a message, if deepspeed is not installed
-or a build fails. Threads: set OMP_NUM_THREADS, which both torch and DeepSpeed's ops follow.
+A step over N params is memory-bound: Adam reads param, grad, exp_avg and exp_avg_sq and writes
+param, exp_avg and exp_avg_sq (7 x 4 bytes per fp32 param); Adagrad and Lion read 3 and write 2
+tensors (5 x 4 bytes). With --param-dtype bf16 the param and grad take 2 bytes and the states
+stay fp32 (fp32_optimizer_states; torch's optimizers keep bf16 states and are left out). The
+table shows each optimizer's median step time, params/s, and the bytes it must move per second as
+a share of the machine's bandwidth, measured once per round between the steps (an in-place add_
+of 1 GiB tensors: bytes read + written per second, best of all rounds).
 
-Usage: OMP_NUM_THREADS=2 python bench/cpu_adam.py [--numel 33554432] [--sub-groups 8] [--repeat 5]
-       [--optimizers adam,adagrad,lion] [--no-deepspeed] [--param-dtype fp32|bf16]
+DeepSpeed's CPU ops are built on first use (about 100 s each on an idle 2-core machine, cached in
+~/.cache/torch_extensions), and zero's fused op too (about 30 s, see zero_offload.optim); neither
+build is timed. Threads: set OMP_NUM_THREADS, which torch, zero's op and DeepSpeed's ops follow.
+
+Usage: OMP_NUM_THREADS=2 python bench/cpu_adam.py [--numel 33554432] [--sub-groups 8] [--rounds 10]
+       [--optimizers adam,adagrad,lion] [--param-dtype fp32|bf16] [--target 0.95] [--torch]
 """
 from __future__ import annotations
 
@@ -26,14 +31,16 @@ import gc
 import math
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 import zero_offload
+from zero_offload.optim import build_cpu_optimizer_op, cpu_optimizer_op_state
 from zero_plugins import format_table
 
 # Bytes a step must move per param: the param is read and written and the grad read (3 x the
@@ -54,6 +61,7 @@ MakeOptimizer = Callable[[list[torch.Tensor]], Any]
 class Case:
     name: str
     make: MakeOptimizer
+    seconds: list[float] = field(default_factory=list)  # one step time per round
 
 
 class Bandwidth:
@@ -70,17 +78,19 @@ class Bandwidth:
         self.target = torch.ones(1 << 28)
         self.source = torch.full((1 << 28,), 1e-30)
         self.best_seconds = float("inf")
+        self.count = 0
 
     def measure(self) -> None:
         started = time.perf_counter()
         self.target.add_(self.source)
         self.best_seconds = min(self.best_seconds, time.perf_counter() - started)
+        self.count += 1
 
     def bytes_per_second(self) -> float:
         return 3 * self.target.numel() * self.target.element_size() / self.best_seconds
 
 
-def deepspeed_cases(family: str) -> list[Case]:
+def deepspeed_case(family: str) -> Case | None:
     """DeepSpeed's CPU optimizer for `family`, built now so that its build is not timed."""
     try:
         import deepspeed.ops.adagrad
@@ -88,7 +98,7 @@ def deepspeed_cases(family: str) -> list[Case]:
         import deepspeed.ops.lion
     except ImportError as error:
         print(f"skipping DeepSpeed: deepspeed is not installed ({error})")
-        return []
+        return None
     module = {"adam": deepspeed.ops.adam, "adagrad": deepspeed.ops.adagrad, "lion": deepspeed.ops.lion}[family]
     cls = getattr(module, DEEPSPEED_CLASS[family])
     print(f"{DEEPSPEED_CLASS[family]}: building DeepSpeed's cpu_{family} op, or loading it if built before "
@@ -98,99 +108,116 @@ def deepspeed_cases(family: str) -> list[Case]:
         cls([torch.zeros(16)], **HYPER[family])
     except Exception as error:  # noqa: BLE001 - any build failure means: skip, and say why
         print(f"skipping {DEEPSPEED_CLASS[family]}: {type(error).__name__}: {error}")
-        return []
+        return None
     print(f"  ready in {time.perf_counter() - started:.1f} s")
-    return [Case(f"DeepSpeed {DEEPSPEED_CLASS[family]}", lambda params: cls(params, **HYPER[family]))]
+    return Case(f"DeepSpeed {DEEPSPEED_CLASS[family]}", lambda params: cls(params, **HYPER[family]))
 
 
-def cases_for(family: str, with_deepspeed: bool, fp32: bool) -> list[Case]:
+def cases_for(family: str, with_torch: bool, fp32: bool) -> list[Case]:
+    """zero's optimizer first, then DeepSpeed's (if it builds), then torch's (with --torch, fp32 only)."""
     hyper = HYPER[family]
     ours = {"adam": zero_offload.CPUAdam, "adagrad": zero_offload.CPUAdagrad, "lion": zero_offload.CPULion}[family]
     cases = [Case(f"zero {ours.__name__}", lambda params: ours(params, **hyper))]
-    if with_deepspeed:
-        cases += deepspeed_cases(family)
+    deepspeed = deepspeed_case(family)
+    if deepspeed is not None:
+        cases.append(deepspeed)
     # torch's optimizers keep states in the param's dtype: only fp32 compares like with like.
     torch_optimizer = {"adam": torch.optim.AdamW, "adagrad": torch.optim.Adagrad}.get(family) if fp32 else None
-    if torch_optimizer is not None:
+    if with_torch and torch_optimizer is not None:
         name = torch_optimizer.__name__
         cases.append(Case(f"torch {name}(fused=True)", lambda params: torch_optimizer(params, fused=True, **hyper)))
-        cases.append(Case(f"torch {name}(foreach=True)", lambda params: torch_optimizer(params, foreach=True, **hyper)))
     return cases
 
 
 def time_family(cases: list[Case], grads: torch.Tensor, initial: torch.Tensor, chunks: int,
-                repeat: int, bandwidth: Bandwidth) -> dict[str, float]:
-    """Best step time per case: each steps its own copy of the params, all see the same grads."""
+                rounds: int, bandwidth: Bandwidth) -> list[float]:
+    """Step every case once per round (zero and DeepSpeed back to back, in turn first, then the
+    rest); each case's step times land in case.seconds. Returns the paired ratios zero / DeepSpeed."""
     size = math.ceil(initial.numel() / chunks)
     optimizers = []
     for case in cases:
+        case.seconds = []
         params = list(initial.clone().split(size))
         for param, grad in zip(params, grads.split(size)):
             param.grad = grad
         optimizer = case.make(params)
         optimizer.step()  # warm-up: creates the state
         optimizers.append(optimizer)
-    best = {case.name: float("inf") for case in cases}
-    timed = list(zip(cases, optimizers))
-    for round_ in range(repeat):
+    ratios = []
+    for round_ in range(rounds):
         bandwidth.measure()
-        shift = round_ % len(timed)  # each case goes first in some round
-        for case, optimizer in timed[shift:] + timed[:shift]:
+        order = list(range(len(cases)))
+        if round_ % 2 and len(cases) > 1:
+            order[0], order[1] = 1, 0
+        for index in order:
             started = time.perf_counter()
-            optimizer.step()
-            best[case.name] = min(best[case.name], time.perf_counter() - started)
-    return best
+            optimizers[index].step()
+            cases[index].seconds.append(time.perf_counter() - started)
+        if len(cases) > 1:
+            ratios.append(cases[0].seconds[-1] / cases[1].seconds[-1])
+    return ratios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--numel", type=int, default=1 << 25, help="params (default 33554432)")
     parser.add_argument("--sub-groups", type=int, default=8, help="chunks for the sub-group layout (default 8)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed steps per optimizer; the best is kept")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds; each times every optimizer once")
     parser.add_argument("--optimizers", default="adam,adagrad,lion", help="families to run (default all)")
-    parser.add_argument("--no-deepspeed", action="store_true", help="skip DeepSpeed's ops")
     parser.add_argument("--param-dtype", choices=sorted(DTYPES), default="fp32",
                         help="params and grads; states are fp32 either way (default fp32)")
+    parser.add_argument("--target", type=float, default=0.95,
+                        help="pass if the median ratio zero / DeepSpeed is at most this (default 0.95)")
+    parser.add_argument("--torch", action="store_true", help="also time torch's fused optimizer (fp32 only)")
     args = parser.parse_args()
     families = [name.strip() for name in args.optimizers.split(",") if name.strip()]
 
+    build_cpu_optimizer_op()  # not timed: about 30 s the first time, then loaded from the cache
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
           f"{torch.get_num_threads()} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), "
           f"load average {os.getloadavg()[0]:.1f} at the start")
-    print(f"{args.numel} {args.param_dtype} params, fp32 states; best of {args.repeat} steps after a warm-up\n")
+    print(f"zero's fused op: {cpu_optimizer_op_state()['state']}")
+    print(f"{args.numel} {args.param_dtype} params, fp32 states; {args.rounds} rounds after a warm-up step\n")
 
     bandwidth = Bandwidth()
     generator = torch.Generator().manual_seed(0)
     dtype = DTYPES[args.param_dtype]
     initial = torch.randn(args.numel, generator=generator).to(dtype)
     grads = torch.randn(args.numel, generator=generator).to(dtype)
-    results: list[tuple[str, str, str, float]] = []  # family, case, layout, seconds
-    ratios: list[str] = []
+    rows = []
+    verdicts: list[tuple[bool, str]] = []
     for family in families:
-        cases = cases_for(family, not args.no_deepspeed, dtype == torch.float32)
+        cases = cases_for(family, args.torch, dtype == torch.float32)
         for chunks in (1, args.sub_groups):
             layout = "1 tensor" if chunks == 1 else f"{chunks} sub-groups"
-            best = time_family(cases, grads, initial, chunks, args.repeat, bandwidth)
+            ratios = time_family(cases, grads, initial, chunks, args.rounds, bandwidth)
             gc.collect()
-            results += [(family, name, layout, seconds) for name, seconds in best.items()]
-            ours = best[cases[0].name]
-            for name, seconds in list(best.items())[1:]:
-                ratios.append(f"{cases[0].name} vs {name}, {layout}: {seconds / ours:.2f}x "
-                              f"({ours * 1e3:.1f} vs {seconds * 1e3:.1f} ms)")
+            for case in cases:
+                seconds = statistics.median(case.seconds)
+                moved = (3 * initial.element_size() + STATE_BYTES_PER_PARAM[family]) * args.numel / seconds
+                rows.append((case.name, layout, f"{seconds * 1e3:.1f}", f"{args.numel / seconds / 1e6:.0f}",
+                             f"{moved / 1e9:.2f}", moved))
+            if ratios:
+                median = statistics.median(ratios)
+                verdicts.append((median <= args.target,
+                                 f"{cases[0].name} / {cases[1].name}, {layout}: median {median:.3f} over "
+                                 f"{len(ratios)} pairs (min {min(ratios):.3f}, max {max(ratios):.3f})"))
 
     peak = bandwidth.bytes_per_second()
     print(f"\nmemory bandwidth: {peak / 1e9:.2f} GB/s (in-place add_ of 1 GiB tensors, bytes read + written, "
-          f"best of {args.repeat * len(families) * 2}, between the steps); "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
-    rows = []
-    for family, name, layout, seconds in results:
-        moved = (3 * initial.element_size() + STATE_BYTES_PER_PARAM[family]) * args.numel / seconds
-        rows.append((name, layout, f"{seconds * 1e3:.1f}", f"{args.numel / seconds / 1e6:.0f}",
-                     f"{moved / 1e9:.2f}", f"{moved / peak:.0%}"))
-    print(format_table(["optimizer", "layout", "ms/step", "Mparams/s", "GB/s moved", "of bandwidth"], rows))
-    print("\nstep time ratios (above 1: zero is faster)")
-    print("\n".join(ratios))
+          f"best of {bandwidth.count}, between the steps); load average {os.getloadavg()[0]:.1f} at the end")
+    print(format_table(["optimizer", "layout", "median ms/step", "Mparams/s", "GB/s moved", "of bandwidth"],
+                       [(*row[:5], f"{row[5] / peak:.0%}") for row in rows]))
+    print(f"\nstep time ratio zero / DeepSpeed, median of paired rounds (pass: <= {args.target})")
+    for passed, line in verdicts:
+        print(f"{'PASS' if passed else 'FAIL'}  {line}")
+    if verdicts:
+        failed = sum(not passed for passed, _ in verdicts)
+        print(f"\n{'PASS' if not failed else 'FAIL'}: {len(verdicts) - failed} of {len(verdicts)} "
+              f"at or below {args.target}x DeepSpeed's step time")
+    else:
+        print("\nno verdict: DeepSpeed's optimizers did not run")
 
 
 if __name__ == "__main__":
