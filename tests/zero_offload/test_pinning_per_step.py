@@ -55,8 +55,10 @@ def _run(rank: int, world_size: int, nvme_path: str) -> dict[str, Any]:
             engine.step()
             if engine.is_gradient_accumulation_boundary():
                 pinned_after.append(zero_pin.pinned_memory_stats()["total"]["peak"])
-        found[name] = {"pinning": engine.memory_report().pinning, "offloaded": handle.offloaded_tensors,
-                       "pinned_peak_after_step": pinned_after}
+        report = engine.memory_report()
+        found[name] = {"pinning": report.pinning, "offloaded": handle.offloaded_tensors,
+                       "pinned_peak_after_step": pinned_after,
+                       "line": next(line for line in str(report).splitlines() if line.startswith("pinned buffers"))}
         handle.remove()
         engine.destroy()
     return found
@@ -77,5 +79,6 @@ def test_nothing_is_pinned_after_the_first_step(results: Any, name: str) -> None
         assert len(later) == STEPS - 1
         assert first["allocations"] > 0 and first["copies"] == 0, "step 1 makes its buffers born pinned"
         assert later == [NOTHING] * (STEPS - 1)
+        assert found["line"].endswith(f"0 copies; steps 2-{STEPS} 0 in all, 0 copies")
         peaks = found["pinned_peak_after_step"]
         assert peaks[1:] == [peaks[0]] * (STEPS - 1), "the pinned bytes stop growing after step 1"
