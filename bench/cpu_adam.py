@@ -48,7 +48,7 @@ from zero_plugins import format_table
 STATE_BYTES_PER_PARAM = {"adam": 2 * 2 * 4, "adagrad": 2 * 4, "lion": 2 * 4}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 DEEPSPEED_CLASS = {"adam": "DeepSpeedCPUAdam", "adagrad": "DeepSpeedCPUAdagrad", "lion": "DeepSpeedCPULion"}
-HYPER = {  # one set per family, given to every implementation
+HYPER: dict[str, dict[str, Any]] = {  # one set per family, given to every implementation
     "adam": dict(lr=1e-3, weight_decay=0.01),
     "adagrad": dict(lr=1e-2, weight_decay=0.01),
     "lion": dict(lr=1e-4, betas=(0.9, 0.99), weight_decay=0.01),

@@ -1,9 +1,13 @@
-"""What the CPU-optimizer tests share: parameters of odd sizes, and the same gradients for several copies."""
+"""What the CPU-optimizer tests share: parameters of odd sizes, the same gradients for several copies,
+and running a test on each kernel (the fused op, torch's) with the tolerance each promises."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import torch
+
+from zero_offload.optim import KERNEL_ENV
 
 # Odd sizes end in the kernels' scalar tails.
 SHAPES = [(37,), (5, 7), (1000,), (3,)]
@@ -45,3 +49,35 @@ def step_with_widened_reference(optimizer: torch.optim.Optimizer, reference: tor
         reference.step()
         for master, param in zip(masters, theirs):
             param.copy_(master)
+
+
+# The two ways a CPU optimizer steps: the fused C++ op (ZERO_CPU_OPTIMIZER_KERNEL=native makes a
+# failed build an error, not a fallback) and torch's kernels.
+KERNELS = ["native", "torch"]
+
+
+@pytest.fixture(params=KERNELS)
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test once on each kernel; the value names the one in use."""
+    monkeypatch.setenv(KERNEL_ENV, request.param)
+    return request.param
+
+
+def ulp(dtype: torch.dtype, magnitude: torch.Tensor) -> torch.Tensor:
+    """One unit in the last place of `dtype` at each element's magnitude (fp32 tensors, for comparing)."""
+    # |x| in [2**(e-1), 2**e) (frexp's e) has an ulp of eps * 2**(e-1).
+    exponent = torch.frexp(magnitude.float().abs().clamp_min(torch.finfo(dtype).tiny))[1]
+    return torch.ldexp(torch.full(magnitude.shape, torch.finfo(dtype).eps), exponent - 1)
+
+
+def assert_matches(kernel: str, ours: Sequence[torch.Tensor], theirs: Sequence[torch.Tensor]) -> None:
+    """torch's kernels: the same bits. The fused op: fp32 and fp64 within 1e-6 (max abs difference),
+    16-bit params within one ulp of their dtype."""
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        if kernel == "torch":
+            assert torch.equal(a, b)
+        elif a.dtype in (torch.float32, torch.float64):
+            assert (a - b).abs().max().item() <= 1e-6
+        else:
+            assert torch.all((a.float() - b.float()).abs() <= ulp(a.dtype, b))

@@ -157,7 +157,8 @@ class NativeOp:
         reason = self._cannot_build_reason()
         if reason:
             return {"state": "cannot build", "detail": reason}
-        return {"state": "not built", "detail": f"builds into {self.build_directory()} at first use, or {self.prebuild}"}
+        return {"state": "not built",
+                "detail": f"builds into {self.build_directory()} at first use, or {self.prebuild}"}
 
 
 LOCKED_BLOCK_OP = NativeOp("locked_block.cpp", "zero_pin_native_", "the native pin op",

@@ -109,7 +109,8 @@ struct Segment {
 };
 
 // Each update type below steps `n` elements in place with
-//   template <class Io> void run(const float* coefficient, Io::T* param, const Io::T* grad, float* const* state, int64_t n)
+//   template <class Io>
+//   void run(const float* coefficient, Io::T* param, const Io::T* grad, float* const* state, int64_t n)
 // where `coefficient` is the segment's and `state` its state arrays, offset to the first element.
 template <class Update>
 void step_range(const Segment& segment, Storage storage, const Update& update, int64_t from, int64_t to)
