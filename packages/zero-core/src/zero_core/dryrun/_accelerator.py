@@ -33,7 +33,8 @@ class DryRunAccelerator(SingleDeviceAccelerator):
         return True, "fake tensors under a fake process group (zero profile --dry-run)"
 
     def communication_backend_name(self) -> str:
-        """The target's backend, whose staging the collectives model (the group itself is torch's fake one)."""
+        """The target's backend, whose way the collectives take (on gloo a reduce-scatter's copy of its input, which
+        a dry run traces); the group itself is torch's fake one."""
         return "nccl" if self.target == "cuda" else "gloo"
 
     def device_name(self, device_index: int | None = None) -> str:

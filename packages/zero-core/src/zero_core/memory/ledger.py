@@ -107,28 +107,18 @@ class MemoryLedger:
         return self.register(tensor, category, placement, pinned)
 
     def register_extent(self, owner: object, category: Category, placement: Placement, nbytes: int,
-                        device: str = "cpu", allocated: bool = False) -> None:
-        """Count `nbytes` that are not a tensor we hold (a swap file's bytes; a backend's staging copy) under
-        `category` at `placement` on `device`, until `owner` dies or `release_extent(owner)` is called.
-        `allocated`: the bytes are the allocator's (the ruler counts them), though no storage of ours holds them."""
+                        device: str = "cpu") -> None:
+        """Count `nbytes` that are not a tensor we hold (a swap file's bytes) under `category` at `placement` on
+        `device`, until `owner` dies or `release_extent(owner)` is called. The allocator never counts them."""
         category = _check_category(category)
         where = location(placement, device, pinned=False)
-        counted = allocated and self._allocator is not None
-        if counted:
-            assert self._allocator is not None
-            self._allocator.change(where, nbytes)
-            self._allocator.unseen += nbytes
         self._change(where, category, nbytes)
         self._change_total(where, nbytes)
 
         key = id(owner)
-        beside = self._allocator
 
         def uncount() -> None:
             self._extents.pop(key, None)
-            if counted and beside is not None:
-                beside.change(where, -nbytes)
-                beside.unseen -= nbytes
             self._change(where, category, -nbytes)
             self._total[where] -= nbytes
 

@@ -60,9 +60,6 @@ class AllocatorBeside:
     def __init__(self, ruler: AllocatorRuler) -> None:
         self.ruler = ruler
         self.counted = 0
-        # Of `counted`, bytes another thread allocates at a time we do not see (a backend's staging copy):
-        # OpTransients leaves them out, since they may fall inside any op's window.
-        self.unseen = 0
         self.locations: set[str] = set()
         self._phase: str | None = None
         self._folded = 0  # the allocator's peak in the phase before the last per-op reset (OpTransients)
@@ -73,16 +70,7 @@ class AllocatorBeside:
         self.counted += delta
         self.locations.add(location)
         if delta > 0 and self._phase is not None:
-            self._ledger_peaks[self._phase] = max(self._ledger_peaks.get(self._phase, 0), self.explained())
-
-    def explained(self) -> int:
-        """The ledger's counted bytes that exist now. A staging copy is counted from its collective's launch,
-        but a queued collective allocates it only when it runs: what the ledger counts beyond the allocator
-        can only be that, and is left out until it exists."""
-        if not self.unseen:
-            return self.counted
-        pending = min(self.unseen, max(0, self.counted - self.ruler.current_bytes()))
-        return self.counted - pending
+            self._ledger_peaks[self._phase] = max(self._ledger_peaks.get(self._phase, 0), self.counted)
 
     def now(self) -> PhaseAllocation:
         """The allocator's bytes and the ledger's counted bytes at this instant."""
@@ -97,7 +85,7 @@ class AllocatorBeside:
         self._phase = phase
         self._folded = 0
         self.ruler.reset_peak()
-        self._ledger_peaks[phase] = max(self._ledger_peaks.get(phase, 0), self.explained())
+        self._ledger_peaks[phase] = max(self._ledger_peaks.get(phase, 0), self.counted)
 
     def end_phase(self) -> None:
         if self._phase is not None:
@@ -124,7 +112,8 @@ class OpTransients:
     Around each op the tracker runs, the ruler's peak is reset; afterwards the ledger's figure at the op's
     highest moment is what it counted before the op plus all the allocator gained up to that moment. What of
     that the op's registered outputs do not explain is a transient, which `note(bytes)` sets into the ledger
-    for that instant only. Collectives (c10d ops) are left out: their staging is counted as comm.staging.
+    for that instant only. Collectives (c10d ops) are left out: they hand work to the backend's threads
+    (comm/_gloo.py).
     """
 
     def __init__(self, beside: AllocatorBeside, note: Callable[[int], None]) -> None:
@@ -138,7 +127,6 @@ class OpTransients:
 
     def after(self) -> None:
         highest = self._counted + self._beside.ruler.peak_bytes() - self._base
-        # A staging copy counted before the op may be allocated during it: not a transient of the op's own.
-        transient = highest - self._beside.counted - self._beside.unseen
+        transient = highest - self._beside.counted
         if transient > 0:
             self._note(transient)

@@ -33,7 +33,6 @@ MODELLED = {
         "kernels' workspaces (cuBLAS, attention) and the caching allocator's reserve: not seen (outputs only)",
     ],
     "cpu": [
-        "gloo's staging copies: a fake copy of each collective's buffer, for the instant it is launched",
         "kernels' temporaries inside an op: not seen (outputs only)",
     ],
 }
