@@ -82,7 +82,7 @@ class CPUAdam(CPUOptimizer):
             steps = [step.item() for step in lists.steps] if bias_correction else []
             # In double, as torch's kernel computes them; the op rounds them to fp32.
             step_sizes = [lr / (1 - beta1**step) for step in steps] if bias_correction else [lr] * len(numels)
-            corrections = [math.sqrt(1 - beta2**step) for step in steps] if bias_correction else [1.0] * len(numels)
+            corrections = [1 / math.sqrt(1 - beta2**step) for step in steps] if bias_correction else [1.0] * len(numels)
             op.adam_step(storage, pointers, numels, step_sizes, corrections, lr, beta1, beta2,
                          float(group["eps"]), float(group["weight_decay"]), self.adamw_mode, amsgrad)
 
