@@ -71,8 +71,10 @@ class SwapSpace(ABC):
 
     @abstractmethod
     def write(self, slot: SwapSlot, source: torch.Tensor) -> SwapTransfer:
-        """Start writing `source` (a view of a staging buffer, `slot.numel` elements) into the slot."""
+        """Start writing `source` (a view of a staging buffer) into the slot: `slot.numel` elements, or the slot's
+        whole `slot_alignment` blocks (what lies past `slot.numel` is written as the file's padding)."""
 
     @abstractmethod
     def read(self, slot: SwapSlot, target: torch.Tensor) -> SwapTransfer:
-        """Start reading the slot into `target` (a view of a staging buffer, `slot.numel` elements)."""
+        """Start reading the slot into `target` (a view of a staging buffer): `slot.numel` elements, or the slot's
+        whole `slot_alignment` blocks (the file's padding is read past `slot.numel`)."""

@@ -51,9 +51,11 @@ def owned_range(layout: FlatLayout, rank: int, *, sharded: bool) -> tuple[int, i
     return layout.shard_range(rank) if sharded else (0, layout.padded_numel)
 
 
-def copy_owned(target: torch.Tensor, layout: FlatLayout, lo: int, hi: int) -> torch.Tensor:
-    """Copy elements [lo, hi) of the layout's parameters (which hold full values now) into `target`."""
-    for piece in layout.pieces_in(lo, hi):
+def copy_owned(target: torch.Tensor, start: int = 0, *, layout: FlatLayout, lo: int, hi: int) -> torch.Tensor:
+    """Copy the owned elements [lo, hi) of the layout's parameters (which hold full values now) into `target`,
+    from the `start`-th on and as many as `target` holds (a master in swap space is filled one sub-group at a time)."""
+    first = lo + start
+    for piece in layout.pieces_in(first, min(hi, first + target.numel())):
         source = piece.slot.param.data.reshape(-1)[piece.start : piece.stop]
         target[piece.shard_offset : piece.shard_offset + piece.stop - piece.start].copy_(source)
     return target

@@ -22,7 +22,8 @@ from ._swap_pool import SwappedTensor, SwapPool
 from ._swapped_master import SwappedMaster
 
 MasterCopy = torch.Tensor | SwappedTensor
-Fill = Callable[[torch.Tensor], torch.Tensor]  # writes the owned elements into a zeroed tensor and returns it
+# Writes the owned elements from the given one on into a zeroed tensor (as many as it holds) and returns it.
+Fill = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 class MasterHome(ABC):
@@ -51,7 +52,7 @@ class DeviceMasters(MasterHome):
         self.home = home
 
     def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
-        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER))
+        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER), 0)
 
     def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
                  flat: FlatStorage) -> MasterParams | SwappedMaster:
@@ -83,7 +84,7 @@ class HostMasters(MasterHome):
         self.sub_group_numel = sub_group_numel
 
     def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
-        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER))
+        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER), 0)
 
     def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
                  flat: FlatStorage) -> MasterParams | SwappedMaster:
@@ -108,9 +109,7 @@ class SwappedMasters(HostMasters):
         self.ledger = ledger
 
     def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
-        # The values pass through a transient host tensor on their way to the slots.
-        values = fill(torch.zeros(numel))
-        return SwappedTensor(name, numel, self.sub_group_numel, self.pool, Category.OPTIM_MASTER).copy_(values)
+        return SwappedTensor(name, numel, self.sub_group_numel, self.pool, Category.OPTIM_MASTER).write(fill)
 
     def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
                  flat: FlatStorage) -> MasterParams | SwappedMaster:

@@ -3,8 +3,10 @@
 With the optimizer state at an NVMe device, the fp32 master and the optimizer state of each
 sub-group live in swap slots, and the only memory they take is a pool of `buffer_count`
 buffers of one sub-group each (the ds_config's `offload_optimizer.buffer_count`), as in
-DeepSpeed. The pool is one allocation cut at the space's alignment, so each buffer can be
-handed to O_DIRECT I/O.
+DeepSpeed. The pool is one allocation, made once, cut at the space's alignment, so each
+buffer can be handed to O_DIRECT I/O; transfers move a slot's whole blocks, so none needs a
+bounce buffer. A master is written into its slots through one of the buffers, never through
+a host copy of the whole tensor.
 """
 from __future__ import annotations
 
@@ -29,11 +31,11 @@ class SwapPool:
         self.space = space
         self.settings = settings
         itemsize = settings.dtype.itemsize
-        alignment = space.slot_alignment
+        alignment = self._alignment = space.slot_alignment
         stride = -(-settings.buffer_numel * itemsize // alignment) * alignment // itemsize
         self._memory = space.staging_buffer(stride * settings.buffer_count, settings.dtype)
-        self._free = [self._memory[i * stride : i * stride + settings.buffer_numel]
-                      for i in range(settings.buffer_count)]
+        # Each buffer spans whole blocks (`stride` elements): `buffer_numel` of values, then padding.
+        self._free = [self._memory[i * stride : (i + 1) * stride] for i in range(settings.buffer_count)]
 
     def check_count(self, count: int) -> None:
         """A sub-group whose `count` tensors must be in buffers at once fits in the pool."""
@@ -59,11 +61,26 @@ class SwapPool:
     def release(self, buffers: list[torch.Tensor]) -> None:
         self._free.extend(buffers)
 
+    def read(self, slot: SwapSlot, buffer: torch.Tensor) -> SwapTransfer:
+        """Start reading a slot into a buffer of this pool (its first `slot.numel` elements hold the values)."""
+        return self.space.read(slot, self._blocks(slot, buffer))
+
+    def write(self, slot: SwapSlot, buffer: torch.Tensor) -> SwapTransfer:
+        """Start writing a buffer of this pool's first `slot.numel` elements into the slot."""
+        return self.space.write(slot, self._blocks(slot, buffer))
+
+    def _blocks(self, slot: SwapSlot, buffer: torch.Tensor) -> torch.Tensor:
+        # The slot's whole blocks (each buffer spans them): a slot whose bytes end inside a block then moves
+        # without the bounce buffer that a view of `slot.numel` elements needs, allocated per transfer.
+        itemsize = slot.dtype.itemsize
+        blocks = -(-slot.numel * itemsize // self._alignment)
+        return buffer[: blocks * self._alignment // itemsize]
+
     def read_range(self, slot: SwapSlot, lo: int, hi: int) -> torch.Tensor:
         """Elements [lo, hi) of a slot, copied out of one buffer (for a checkpoint's piece of it)."""
         (buffer,) = self.acquire(1, lambda: False)
         try:
-            self.space.read(slot, buffer[: slot.numel]).wait()
+            self.read(slot, buffer).wait()
             return buffer[lo:hi].clone()
         finally:
             self.release([buffer])
@@ -72,9 +89,9 @@ class SwapPool:
         """Overwrite elements [lo, lo + len(values)) of a slot: read, change, write back (a checkpoint's load)."""
         (buffer,) = self.acquire(1, lambda: False)
         try:
-            self.space.read(slot, buffer[: slot.numel]).wait()
+            self.read(slot, buffer).wait()
             buffer[lo : lo + values.numel()].copy_(values)
-            self.space.write(slot, buffer[: slot.numel]).wait()
+            self.write(slot, buffer).wait()
         finally:
             self.release([buffer])
 
@@ -83,7 +100,7 @@ class SwapPool:
         (buffer,) = self.acquire(1, lambda: False)
         try:
             buffer[: slot.numel].fill_(value)
-            self.space.write(slot, buffer[: slot.numel]).wait()
+            self.write(slot, buffer).wait()
         finally:
             self.release([buffer])
 
@@ -105,17 +122,22 @@ class SwappedTensor:
         self.offsets = [sum(sizes[:k]) for k in range(len(sizes))]
         self.slots = [pool.space.reserve(f"{name}.sub{k}", size, dtype, category) for k, size in enumerate(sizes)]
 
-    def copy_(self, source: torch.Tensor) -> SwappedTensor:
-        """Write `source` (1-D, `numel` elements, anywhere) into the slots through one pool buffer."""
+    def write(self, fill: Callable[[torch.Tensor, int], object]) -> SwappedTensor:
+        """Write the values into the slots one slot at a time, through one pool buffer: `fill(view, offset)`
+        writes elements [offset, offset + len(view)) into the zeroed view. No host copy of the whole tensor
+        is made, so building the master takes no more memory than the pool."""
         (buffer,) = self.pool.acquire(1, lambda: False)
         try:
             for slot, offset in zip(self.slots, self.offsets):
-                view = buffer[: slot.numel]
-                view.copy_(source[offset : offset + slot.numel])
-                self.pool.space.write(slot, view).wait()
+                fill(buffer[: slot.numel].zero_(), offset)
+                self.pool.write(slot, buffer).wait()
         finally:
             self.pool.release([buffer])
         return self
+
+    def copy_(self, source: torch.Tensor) -> SwappedTensor:
+        """Write `source` (1-D, `numel` elements, in host memory) into the slots."""
+        return self.write(lambda view, offset: view.copy_(source[offset : offset + view.numel()]))
 
 
 def wait_all(transfers: list[SwapTransfer]) -> None:

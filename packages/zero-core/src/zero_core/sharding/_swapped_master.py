@@ -5,8 +5,10 @@ optimizer steps a placeholder tensor per sub-group: before its step the sub-grou
 are read into pool buffers and the placeholder (and its state entries) point into them;
 after the step the updated master is copied into the compute-dtype parameters, the
 buffers are written back, and the placeholder points at nothing again. With
-`pipeline_read` the next sub-groups are read while this one steps; with `pipeline_write`
-the writes finish while the next ones step; both as far as `buffer_count` allows. Between
+`pipeline_read` the next sub-group is read while this one steps (its buffers freed, when
+the pool is full, by waiting for the oldest write, started a sub-group earlier); with
+`pipeline_write` the writes finish while the next ones step; both as far as `buffer_count`
+allows, and nothing is allocated after the first step (the pool is all). Between
 steps the optimizer's param-sized state entries are empty tensors: the values are in the
 slots. The result equals the same step over a master in host memory, bit for bit, since
 the sub-groups are cut the same way.
@@ -159,9 +161,9 @@ class _SwappedStep:
                 if not self.reads:
                     self._read_next()
                 current = self.stepping = self.reads.popleft()
-                wait_all(current.transfers)
                 if self.settings.pipeline_read:
-                    self._read_ahead()
+                    self._read_ahead()  # queued behind this sub-group's reads, read while it steps
+                wait_all(current.transfers)
                 self._step(current)
                 if not self.settings.pipeline_write:
                     self._finish_write()
@@ -181,16 +183,18 @@ class _SwappedStep:
         flight = _InFlight(sub_group, buffers, [])
         self.reads.append(flight)  # before the first read starts: _drain waits for what did start, and frees the buffers
         for slot, buffer in zip(slots, buffers):
-            flight.transfers.append(self.pool.space.read(slot, buffer[: slot.numel]))
+            flight.transfers.append(self.pool.read(slot, buffer))
 
     def _read_ahead(self) -> None:
-        """Start reading the next sub-groups while buffers are free (never waiting for one)."""
-        while self.pending and self.pool.free >= self._buffers_needed(self.pending[0]) + self._reserve():
-            self._read_next()
-
-    def _reserve(self) -> int:
+        """Start reading the next sub-group, finishing the oldest writes to free its buffers (they started a
+        sub-group earlier); further ones only while buffers are free. Without the first, a pool full of
+        finished writes read nothing ahead, and every read was waited for in full."""
         # Until one sub-group has stepped, how many state tensors a step makes is unknown: read nothing ahead.
-        return 0 if self.state_count is not None else self.pool.settings.buffer_count
+        while self.pending and self.state_count is not None:
+            reclaimable = 0 if self.reads else sum(len(flight.buffers) for flight in self.writes)
+            if self.pool.free + reclaimable < self._buffers_needed(self.pending[0]):
+                return
+            self._read_next()
 
     def _step(self, current: _InFlight) -> None:
         sub_group = current.sub_group
@@ -217,7 +221,7 @@ class _SwappedStep:
         self.writes.append(flight)
         self.stepping = None
         for slot, buffer in zip(slots, current.buffers):
-            flight.transfers.append(self.pool.space.write(slot, buffer[: slot.numel]))
+            flight.transfers.append(self.pool.write(slot, buffer))
 
     def _write_back_params(self, sub_group: _SubGroup, master: torch.Tensor) -> None:
         index = sub_group.tensor_index

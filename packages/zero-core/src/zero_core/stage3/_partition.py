@@ -95,14 +95,15 @@ class Partitions:
         space its file is named `swap_name` (unique per rank)."""
         numel = layout.shard_numel
         if self.swap_pool is None or not self._goes_to_swap(numel):
-            return InMemoryPartition(fill_shard(self.home.allocate(numel, dtype, Category.PARAM_PARTITION), layout,
-                                                rank), self.home)
+            return InMemoryPartition(fill_shard(self.home.allocate(numel, dtype, Category.PARAM_PARTITION),
+                                                layout=layout, rank=rank), self.home)
         pool = self.swap_pool()
         if numel > pool.settings.buffer_numel:
             raise ConfigError(f"{pool.settings.block_path}.buffer_size",
                               f"is {pool.settings.buffer_numel} elements, below the {numel} of {name}'s partition, "
                               f"which is read into one buffer; raise it to at least {numel}")
-        return SwappedShard(swap_name, fill_shard(torch.zeros(numel, dtype=dtype), layout, rank), pool, self.home)
+        return SwappedShard(swap_name, fill_shard(torch.zeros(numel, dtype=dtype), layout=layout, rank=rank), pool,
+                            self.home)
 
     def _goes_to_swap(self, numel: int) -> bool:
         if not self.swapping and self.in_cpu + numel <= self.max_in_cpu:
@@ -112,7 +113,8 @@ class Partitions:
         return True
 
 
-def fill_shard(shard: torch.Tensor, layout: FlatLayout, rank: int) -> torch.Tensor:
-    """Copy rank's part of the layout's parameters (which hold full values now) into a zeroed `shard`."""
+def fill_shard(shard: torch.Tensor, start: int = 0, *, layout: FlatLayout, rank: int) -> torch.Tensor:
+    """Copy rank's part of the layout's parameters (which hold full values now), from its `start`-th element on,
+    into a zeroed `shard`."""
     lo, hi = layout.shard_range(rank)
-    return copy_owned(shard, layout, lo, hi)
+    return copy_owned(shard, start, layout=layout, lo=lo, hi=hi)

@@ -37,7 +37,7 @@ class SwappedShard:
         if self.pool.free == 0:
             return False
         (buffer,) = self.pool.acquire(1, lambda: False)
-        self._reading = (buffer, self.pool.space.read(self.slot, buffer[: self.slot.numel]))
+        self._reading = (buffer, self.pool.read(self.slot, buffer))
         return True
 
     def on_device(self, place: torch.Tensor) -> torch.Tensor:
@@ -51,7 +51,7 @@ class SwappedShard:
         """The partition's values in a buffer (read now unless read ahead); hand it back with `_give_back`."""
         if self._reading is None:
             (buffer,) = self.pool.acquire(1, lambda: False)
-            self._reading = (buffer, self.pool.space.read(self.slot, buffer[: self.slot.numel]))
+            self._reading = (buffer, self.pool.read(self.slot, buffer))
         buffer, transfer = self._reading
         self._reading = None
         try:
@@ -97,7 +97,7 @@ class SwappedShard:
         self.home.synchronize()  # the step's copies into the buffer must be complete
         buffer, self._open = self._open, None
         try:
-            self.pool.space.write(self.slot, buffer[: self.slot.numel]).wait()
+            self.pool.write(self.slot, buffer).wait()
         finally:
             self.pool.release([buffer])
 

@@ -74,9 +74,10 @@ class NvmeSwapSpace(SwapSpace):
                             f"({self._failure}); its files may be half-written, so the run cannot go on from them")
         if self.directory.removed:
             raise SwapError(f"swap space {self.directory.path} was closed by destroy(); the engine cannot step after it")
-        if tensor.numel() != slot.numel or tensor.dtype != slot.dtype:
+        blocks = padded_nbytes(slot.numel * slot.dtype.itemsize) // slot.dtype.itemsize
+        if tensor.numel() not in (slot.numel, blocks) or tensor.dtype != slot.dtype:
             raise SwapError(f"swap slot {slot.name}: {tensor.numel()} x {tensor.dtype} does not fit its "
-                            f"{slot.numel} x {slot.dtype}")
+                            f"{slot.numel} x {slot.dtype} (or its {blocks} in whole {ALIGNMENT} B blocks)")
         try:
             if write:
                 return _Transfer(self, self.backend.write_async(tensor, slot.location))

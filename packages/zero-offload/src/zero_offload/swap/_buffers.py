@@ -47,7 +47,9 @@ def aligned_empty(numel: int, dtype: torch.dtype = torch.uint8, *, pin: bool = T
     raw = _allocate(nbytes, pin) if pin else None
     if raw is None or not (zero_pin.is_pinned(raw) and is_aligned(raw)):
         # Memory that is not the pin backend's page-aligned blocks: over-allocate and slice, always (not
-        # only when unaligned by chance), so the bytes it takes are the same every time.
+        # only when unaligned by chance), so the bytes it takes are the same every time. The first try is
+        # freed before: both alive at once made a peak of twice the buffer (a swap pool's, at initialize).
+        raw = None
         raw = _allocate(nbytes + ALIGNMENT, pin)
         start = -raw.data_ptr() % ALIGNMENT
         raw = raw[start:start + nbytes]
