@@ -56,7 +56,8 @@ def test_the_op_is_built_into_torch_extensions_dir():
 def test_the_source_ships_inside_the_package():
     import zero_offload
 
-    assert (Path(zero_offload.__file__).parent / "csrc" / "cpu_optim.cpp").is_file()
+    csrc = Path(zero_offload.__file__).parent / "csrc"
+    assert (csrc / "cpu_optim.cpp").is_file() and (csrc / "cpu_optim_lanes.h").is_file()
 
 
 def test_a_failed_build_warns_once_and_steps_on_torchs_kernels(tmp_path):
@@ -166,3 +167,17 @@ def _vm_flags(address: int) -> list[str]:
         elif inside and fields[0] == "VmFlags:":
             return fields[1:]
     raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_the_build_is_keyed_by_the_source_its_headers_and_the_cpu(tmp_path, monkeypatch):
+    from zero_pin._native_build import NativeOp
+
+    (tmp_path / "op.cpp").write_text('#include "op.h"\n')
+    (tmp_path / "op.h").write_text("// one\n")
+    op = NativeOp("op.cpp", "op_", "an op", fallback="", hint="", csrc=tmp_path, headers=("op.h",), cpu_specific=True)
+    names = [op.extension_name()]
+    (tmp_path / "op.h").write_text("// two\n")
+    names.append(op.extension_name())
+    monkeypatch.setattr("zero_pin._native_build.cpu_fingerprint", lambda: "another CPU")
+    names.append(op.extension_name())
+    assert len(set(names)) == 3 and all(name.startswith("op_") for name in names)

@@ -75,15 +75,17 @@ def cpu_fingerprint() -> str:
 class NativeOp:
     """One C++ source built into one extension module on first use; a failed build is remembered.
 
-    `csrc` is the folder of the source (zero-pin's by default); `cflags` and `ldflags` go to the
-    compiler and linker; `cpu_specific` puts the CPU in the cache key, for flags such as -march=native;
-    `prebuild` says how to build ahead of first use.
+    `csrc` is the folder of the source (zero-pin's by default) and of the `headers` it includes,
+    which the cache key covers too; `cflags` and `ldflags` go to the compiler and linker;
+    `cpu_specific` puts the CPU in the cache key, for flags such as -march=native; `prebuild` says
+    how to build ahead of first use.
     """
 
     def __init__(self, source: str, prefix: str, what: str, fallback: str, hint: str, *, csrc: Path = CSRC,
-                 cflags: tuple[str, ...] = CFLAGS, ldflags: tuple[str, ...] = (), cpu_specific: bool = False,
-                 prebuild: str = "run `zero pin build`") -> None:
+                 headers: tuple[str, ...] = (), cflags: tuple[str, ...] = CFLAGS, ldflags: tuple[str, ...] = (),
+                 cpu_specific: bool = False, prebuild: str = "run `zero pin build`") -> None:
         self.source = csrc / source
+        self.headers = tuple(csrc / header for header in headers)
         self.prebuild = prebuild
         self.cflags = cflags
         self.ldflags = ldflags
@@ -100,6 +102,7 @@ class NativeOp:
         import torch
 
         parts = [self.source.read_text(), *self.cflags, torch.__version__, sys.version, platform.machine()]
+        parts += [header.read_text() for header in self.headers]
         if self.ldflags:
             parts += ["ldflags", *self.ldflags]
         if self.cpu_specific:

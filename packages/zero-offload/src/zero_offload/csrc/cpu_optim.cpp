@@ -2,13 +2,12 @@
 // or off), Adagrad and Lion, over fp32, bf16 or fp16 params and grads with fp32 states.
 //
 // A step reads param, grad and states once and writes them once, so it is bound by memory
-// bandwidth: the update is plain arithmetic in `omp simd` loops that the compiler vectorizes for
-// the build machine (-march=native, see zero_offload/optim/_native.py), and the elements of every
-// param of a call are handed to torch's OpenMP team in contiguous chunks (so torch.set_num_threads
-// applies). 16-bit params are stepped in fp32 and rounded back once, to nearest even as torch's
-// .to() rounds.
-// The arithmetic follows torch's fused CPU kernels operation by operation, fmas included, so
-// results match them to the last bit or so.
+// bandwidth: each update is written once over a lane type (cpu_optim_lanes.h: AVX-512 or AVX2 for
+// the build machine, -march=native, see zero_offload/optim/_native.py, and one float for the
+// tails), and the elements of every param of a call are handed to torch's OpenMP team in
+// contiguous chunks (so torch.set_num_threads applies). 16-bit params are stepped in fp32 and
+// rounded back once, to nearest even as torch's .to() rounds. The arithmetic follows torch's fused
+// CPU kernels operation by operation, fmas included, so results match them to an ulp or so.
 //
 // Only pybind11 and ATen/Parallel.h (the thread count) are included, not torch/extension.h, for a
 // fast build: Python hands over data pointers and sizes after checking dtypes, shapes and contiguity.
@@ -16,7 +15,6 @@
 #include <pybind11/stl.h>
 
 #include <ATen/Parallel.h>
-#include <torch/headeronly/util/Half.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,76 +25,44 @@
 #include <string>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 #include <sys/mman.h>
+
+#include "cpu_optim_lanes.h"
 
 namespace py = pybind11;
 
 namespace {
 
-// Elements of an fp16 param widened at a time: two 2 KiB fp32 scratch blocks, which stay in L1.
-constexpr int64_t kBlock = 512;
+using zero_cpu_optim::for_lanes;
+using zero_cpu_optim::greater_of;
+using zero_cpu_optim::mul_add;
+using zero_cpu_optim::sign_of;
+using zero_cpu_optim::square_root;
+
 // Elements the threads take at a time: 256 KiB of each fp32 array, long runs for the prefetchers,
 // and a call over fewer runs on the calling thread (a fork would cost more than it saves).
 constexpr int64_t kChunk = 1 << 16;
 
 enum class Storage { f32 = 0, bf16 = 1, f16 = 2 };
 
-inline float bf16_to_f32(uint16_t bits)
-{
-    const uint32_t widened = uint32_t(bits) << 16;
-    float value;
-    std::memcpy(&value, &widened, sizeof(value));
-    return value;
-}
-
-inline uint16_t f32_to_bf16(float value)
-{
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof(bits));
-    // Round to nearest even on the 16 dropped bits; NaN stays a quiet NaN, as c10::BFloat16 does.
-    const uint16_t rounded = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    return value != value ? uint16_t(0x7FC0) : rounded;
-}
-
-// How an update reads and writes params and grads: fp32 as they are, bf16 widened and rounded
-// back in registers (plain bit operations, which vectorize).
+// How an update reads and writes params and grads, in any lane type V.
 struct F32 {
     using T = float;
-    static float load(const T* from, int64_t i) { return from[i]; }
-    static void store(T* to, int64_t i, float value) { to[i] = value; }
+    template <class V> static V load(const T* from) { return V::load(from); }
+    template <class V> static void store(T* to, V value) { value.store(to); }
 };
 
 struct BF16 {
     using T = uint16_t;
-    static float load(const T* from, int64_t i) { return bf16_to_f32(from[i]); }
-    static void store(T* to, int64_t i, float value) { to[i] = f32_to_bf16(value); }
+    template <class V> static V load(const T* from) { return V::load_bf16(from); }
+    template <class V> static void store(T* to, V value) { value.store_bf16(to); }
 };
 
-// fp16 goes through fp32 scratch instead: GCC vectorizes no fp16 conversion, so F16C's 8-wide
-// instructions do it where the CPU has them.
-void widen_f16(const uint16_t* from, float* to, int64_t n)
-{
-    int64_t i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
-#endif
-    for (; i < n; ++i) to[i] = c10::detail::fp16_ieee_to_fp32_value(from[i]);
-}
-
-void narrow_f16(const float* from, uint16_t* to, int64_t n)
-{
-    int64_t i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-    for (; i < n; ++i) to[i] = c10::detail::fp16_ieee_from_fp32_value(from[i]);
-}
+struct F16 {
+    using T = uint16_t;
+    template <class V> static V load(const T* from) { return V::load_f16(from); }
+    template <class V> static void store(T* to, V value) { value.store_f16(to); }
+};
 
 // One param of a call: its data, its grad, up to three fp32 states, and two per-param
 // coefficients (Adam's step size and bias correction, which depend on the param's step count).
@@ -122,23 +88,10 @@ void step_range(const Segment& segment, Storage storage, const Update& update, i
                                  static_cast<const float*>(segment.grad) + from, state, to - from);
         return;
     }
-    uint16_t* param_bits = static_cast<uint16_t*>(segment.param) + from;
-    const uint16_t* grad_bits = static_cast<const uint16_t*>(segment.grad) + from;
-    if (storage == Storage::bf16) {
-        update.template run<BF16>(segment.coefficient, param_bits, grad_bits, state, to - from);
-        return;
-    }
-    alignas(64) float param[kBlock];
-    alignas(64) float grad[kBlock];
-    for (int64_t done = 0; done < to - from; done += kBlock) {
-        const int64_t n = std::min(kBlock, to - from - done);
-        widen_f16(param_bits + done, param, n);
-        widen_f16(grad_bits + done, grad, n);
-        float* block_state[3];
-        for (int k = 0; k < 3; ++k) block_state[k] = state[k] ? state[k] + done : nullptr;
-        update.template run<F32>(segment.coefficient, param, grad, block_state, n);
-        narrow_f16(param, param_bits + done, n);
-    }
+    uint16_t* param = static_cast<uint16_t*>(segment.param) + from;
+    const uint16_t* grad = static_cast<const uint16_t*>(segment.grad) + from;
+    if (storage == Storage::bf16) update.template run<BF16>(segment.coefficient, param, grad, state, to - from);
+    else update.template run<F16>(segment.coefficient, param, grad, state, to - from);
 }
 
 // Every segment's elements, numbered one after the other, in contiguous chunks of kChunk that the
@@ -179,15 +132,18 @@ struct Lerp {
 
     explicit Lerp(float weight) : coefficient(weight < 0.5f ? weight : weight - 1.0f), from_start(weight < 0.5f) {}
 
-    float operator()(float start, float end) const
+    template <class V>
+    V operator()(V start, V end) const
     {
-        return std::fma(coefficient, end - start, from_start ? start : end);
+        // A branch, not `from_start ? start : end`: selecting between the two vectors by value
+        // makes GCC keep both in memory.
+        if (from_start) return mul_add(V::all(coefficient), end - start, start);
+        return mul_add(V::all(coefficient), end - start, end);
     }
 };
 
-// Each loop below copies what it reads of its update into locals first: the compiler cannot tell
-// that the stores through the float pointers leave the update's own members alone, and would
-// otherwise load them again for every vector.
+// Each update copies its members into locals before the loop: the compiler cannot tell that the
+// stores through the float pointers leave them alone, and would load them again for every vector.
 
 // The fmas are where torch's fused kernels have them once GCC contracts their vector code (its
 // default): the same results as torch's, but for the bias correction (see below).
@@ -197,36 +153,37 @@ struct AdamUpdate {
     float beta2, grad_weight2, eps, weight_decay, decay;  // grad_weight2: 1 - beta2
 
     template <class Io>
-    void run(const float* coefficient, typename Io::T* __restrict param, const typename Io::T* __restrict grad,
-             float* const* state, int64_t n) const
+    void run(const float* coefficient, typename Io::T* param, const typename Io::T* grad, float* const* state,
+             int64_t n) const
     {
-        float* __restrict exp_avg = state[0];
-        float* __restrict exp_avg_sq = state[1];
-        float* __restrict max_exp_avg_sq = state[2];
+        float* exp_avg = state[0];
+        float* exp_avg_sq = state[1];
+        float* max_exp_avg_sq = state[2];
         const float step_size = coefficient[0], inverse_bias_correction2_sqrt = coefficient[1];
         const Lerp lerp = moment;
         const float b2 = beta2, w2 = grad_weight2, e = eps, wd = weight_decay, d = decay;
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) {
-            float p = Io::load(param, i);
-            float g = Io::load(grad, i);
+        for_lanes(n, [&](auto lanes, int64_t i) {
+            using V = decltype(lanes);
+            V p = Io::template load<V>(param + i);
+            V g = Io::template load<V>(grad + i);
             if constexpr (kAdamW) {
-                p = p * d;
+                p = p * V::all(d);
             } else {
-                g = std::fma(p, wd, g);
+                g = mul_add(p, V::all(wd), g);
             }
-            const float m = lerp(exp_avg[i], g);
-            float v = std::fma(w2 * g, g, exp_avg_sq[i] * b2);
-            exp_avg[i] = m;
-            exp_avg_sq[i] = v;
+            const V m = lerp(V::load(exp_avg + i), g);
+            V v = mul_add(V::all(w2) * g, g, V::load(exp_avg_sq + i) * V::all(b2));
+            m.store(exp_avg + i);
+            v.store(exp_avg_sq + i);
             if constexpr (kAmsgrad) {
-                v = std::max(max_exp_avg_sq[i], v);
-                max_exp_avg_sq[i] = v;
+                v = greater_of(v, V::load(max_exp_avg_sq + i));
+                v.store(max_exp_avg_sq + i);
             }
             // torch divides by the bias correction: a multiplication saves a division per element (3%
             // of a memory-bound step on one thread) and moves the update by an ulp at most.
-            Io::store(param, i, p - step_size * m / std::fma(std::sqrt(v), inverse_bias_correction2_sqrt, e));
-        }
+            const V denominator = mul_add(square_root(v), V::all(inverse_bias_correction2_sqrt), V::all(e));
+            Io::store(param + i, p - V::all(step_size) * m / denominator);
+        });
     }
 };
 
@@ -234,19 +191,18 @@ struct AdagradUpdate {
     float lr, eps, weight_decay;
 
     template <class Io>
-    void run(const float*, typename Io::T* __restrict param, const typename Io::T* __restrict grad,
-             float* const* state, int64_t n) const
+    void run(const float*, typename Io::T* param, const typename Io::T* grad, float* const* state, int64_t n) const
     {
-        float* __restrict sum = state[0];
+        float* sum = state[0];
         const float l = lr, e = eps, wd = weight_decay;
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) {
-            const float p = Io::load(param, i);
-            const float g = std::fma(p, wd, Io::load(grad, i));
-            const float s = std::fma(g, g, sum[i]);
-            sum[i] = s;
-            Io::store(param, i, p - l * g / (std::sqrt(s) + e));
-        }
+        for_lanes(n, [&](auto lanes, int64_t i) {
+            using V = decltype(lanes);
+            const V p = Io::template load<V>(param + i);
+            const V g = mul_add(p, V::all(wd), Io::template load<V>(grad + i));
+            const V s = mul_add(g, g, V::load(sum + i));
+            s.store(sum + i);
+            Io::store(param + i, p - V::all(l) * g / (square_root(s) + V::all(e)));
+        });
     }
 };
 
@@ -255,22 +211,20 @@ struct LionUpdate {
     float lr, decay;
 
     template <class Io>
-    void run(const float*, typename Io::T* __restrict param, const typename Io::T* __restrict grad,
-             float* const* state, int64_t n) const
+    void run(const float*, typename Io::T* param, const typename Io::T* grad, float* const* state, int64_t n) const
     {
-        float* __restrict exp_avg = state[0];
+        float* exp_avg = state[0];
         const Lerp lerp1 = direction, lerp2 = moment;
         const float l = lr, d = decay;
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) {
-            const float g = Io::load(grad, i);
-            const float m = exp_avg[i];
-            const float c = lerp1(m, g);
-            // sign(c), with sign(0) = 0 as in the paper (and NaN passed on)
-            const float sign = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
-            Io::store(param, i, Io::load(param, i) * d - l * sign);
-            exp_avg[i] = lerp2(m, g);
-        }
+        for_lanes(n, [&](auto lanes, int64_t i) {
+            using V = decltype(lanes);
+            const V g = Io::template load<V>(grad + i);
+            const V m = V::load(exp_avg + i);
+            // sign(0) = 0, as in the paper (and NaN passed on)
+            const V sign = sign_of(lerp1(m, g));
+            Io::store(param + i, Io::template load<V>(param + i) * V::all(d) - V::all(l) * sign);
+            lerp2(m, g).store(exp_avg + i);
+        });
     }
 };
 

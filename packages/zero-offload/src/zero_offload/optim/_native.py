@@ -30,7 +30,7 @@ CPU_OPTIM_OP = NativeOp(
     "cpu_optim.cpp", "zero_offload_cpu_optim_", "the fused CPU optimizer op",
     fallback=f"or set {KERNEL_ENV}=torch to step with torch's kernels",
     hint="run zero_offload.optim.build_cpu_optimizer_op(verbose=True) for the compiler output",
-    csrc=Path(__file__).parent.parent / "csrc",
+    csrc=Path(__file__).parent.parent / "csrc", headers=("cpu_optim_lanes.h",),
     cflags=("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno"), ldflags=("-fopenmp",),
     cpu_specific=True, prebuild="call zero_offload.optim.build_cpu_optimizer_op()",
 )
