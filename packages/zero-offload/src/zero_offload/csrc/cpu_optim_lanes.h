@@ -64,6 +64,17 @@ inline Scalar square_root(Scalar a) { return {std::sqrt(a.x)}; }
 inline Scalar greater_of(Scalar a, Scalar b) { return {a.x > b.x ? a.x : b.x}; }  // b where either is NaN
 inline Scalar sign_of(Scalar a) { return {a.x > 0.0f ? 1.0f : (a.x < 0.0f ? -1.0f : a.x)}; }  // 0 and NaN kept
 
+#if defined(ZERO_CPU_OPTIM_SIMD)
+// A loaded vector, kept in a register: GCC would otherwise fold the load into every instruction
+// that uses the value (Adam's exp_avg, read twice by the lerp, came from L1 twice).
+template <class Vector>
+inline Vector in_register(Vector value)
+{
+    asm("" : "+v"(value));
+    return value;
+}
+#endif
+
 #if defined(__AVX512F__)
 
 struct Lanes {
@@ -71,7 +82,7 @@ struct Lanes {
     __m512 x;
 
     static Lanes all(float value) { return {_mm512_set1_ps(value)}; }
-    static Lanes load(const float* from) { return {_mm512_loadu_ps(from)}; }
+    static Lanes load(const float* from) { return {in_register(_mm512_loadu_ps(from))}; }
     static Lanes load_bf16(const uint16_t* from)
     {
         const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)));
@@ -118,7 +129,7 @@ struct Lanes {
     __m256 x;
 
     static Lanes all(float value) { return {_mm256_set1_ps(value)}; }
-    static Lanes load(const float* from) { return {_mm256_loadu_ps(from)}; }
+    static Lanes load(const float* from) { return {in_register(_mm256_loadu_ps(from))}; }
     static Lanes load_bf16(const uint16_t* from)
     {
         const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
