@@ -62,8 +62,9 @@ def batches(args: argparse.Namespace, rank: int) -> list[torch.Tensor]:
 
 
 def measure(build: Callable[[], Step], data: list[torch.Tensor],
-            after_tracked: Callable[[], dict[str, Any]] = dict) -> dict[str, Any]:
-    """Build and take two steps inside a StorageTracker, then time the rest untracked."""
+            after_tracked: Callable[[], dict[str, Any]] = dict, allocator_peak: bool = False) -> dict[str, Any]:
+    """Build and take two steps inside a StorageTracker, then time the rest untracked; `allocator_peak`: also
+    the counted CPU allocator's peak over the build and every step (nothing may reset it meanwhile)."""
     accelerator = get_accelerator()
     gc.collect()
     accelerator.reset_peak_memory_stats()
@@ -82,9 +83,12 @@ def measure(build: Callable[[], Step], data: list[torch.Tensor],
     result.update(
         losses=[_global_mean(loss) for loss in losses],
         step_seconds=sum(times) / len(times),
+        step_times=times,
         peak_rss_bytes=accelerator.max_memory_reserved(),
         rss_rise_bytes=accelerator.max_memory_reserved() - rss_start,
     )
+    if allocator_peak:
+        result["allocator_peak_bytes"] = accelerator.max_memory_allocated()
     return result
 
 
@@ -101,8 +105,11 @@ def _engine_step(engine: Any, batch: torch.Tensor) -> torch.Tensor:
     return loss
 
 
-def _run_zero(args: argparse.Namespace, config: dict[str, Any], data: list[torch.Tensor]) -> dict[str, Any]:
-    """zero with `config`, and its ledger's peaks (total and by category) over the tracked part."""
+def _run_zero(args: argparse.Namespace, config: dict[str, Any], data: list[torch.Tensor],
+              counted: bool = False) -> dict[str, Any]:
+    """zero with `config`, and its ledger's peaks (total and by category) over the tracked part. `counted`: the
+    CPU allocator is counted from before the build, and its peak is measured instead of tracking (the ledger's
+    phases would reset it); the ledger's peaks are then those of what the engine registers."""
     holder: dict[str, Any] = {}
 
     def build() -> Step:
@@ -111,7 +118,7 @@ def _run_zero(args: argparse.Namespace, config: dict[str, Any], data: list[torch
             # DeepSpeed casts the model to bf16 before it takes its fp32 master; start from the same weights
             model = model.to(torch.bfloat16)
         engine, _, _, _ = zero_core.initialize(model=model, config=config)
-        engine.track_memory(True)
+        engine.track_memory(not counted)
         holder["engine"] = engine
         return lambda batch: _engine_step(engine, batch)
 
@@ -124,7 +131,7 @@ def _run_zero(args: argparse.Namespace, config: dict[str, Any], data: list[torch
         # "cpu" is the device; offloaded copies are at "host"/"host.pinned", though on CPU it is the same RAM
         return {"ledger_peak_bytes": peaks["cpu"]["total"], "ledger": peaks["cpu"], "ledger_by_location": peaks}
 
-    result = measure(build, data, ledger)
+    result = measure(build, data, ledger, allocator_peak=counted)
     holder["engine"].destroy()
     return result
 
@@ -138,6 +145,17 @@ def _run_deepspeed(args: argparse.Namespace, config: dict[str, Any], data: list[
         return lambda batch: _engine_step(engine, batch)
 
     return measure(build, data)
+
+
+def zero_counted(ds_config: ConfigFor) -> Runner:
+    """zero with the CPU allocator counted from before the model is built (zero_pin's exact count), so the
+    result's `allocator_peak_bytes` is the peak over the build and every step; the ledger does not track."""
+
+    def run(args: argparse.Namespace, data: list[torch.Tensor]) -> dict[str, Any]:
+        get_accelerator().count_allocations()
+        return _run_zero(args, ds_config(args, dist.get_world_size()), data, counted=True)
+
+    return run
 
 
 def zero_and_deepspeed(ds_config: ConfigFor) -> dict[str, Runner]:
