@@ -4,8 +4,9 @@ Freeing a unit drops the engine's only reference to its gathered buffer, and a w
 reference to the buffer's storage tells whether the memory really died. If it did not,
 someone else holds it: autograd, when an op saved a view of the gathered weight for
 backward (the stock `F.linear` saves `weight.t()`), or, for a moment after the
-all-gather completed, the backend's worker thread (gloo keeps views of the output until
-it moves on). Only the first persists, so the verdict waits for the end of the pass,
+all-gather completed, a backend that keeps views of the output until it moves on (not
+gloo: zero's gloo collectives return once gloo let go, comm/_gloo.py). Only the first
+persists, so the verdict waits for the end of the pass,
 giving the backend a grace period: a storage still alive then is held. It moves to the
 ledger's `param.gathered.held`, and the first one raises a single warning naming the
 cause and the fix.
