@@ -1,11 +1,14 @@
 """zero's CPU optimizers against DeepSpeed's (and optionally torch's), on the same tensors: the median paired ratio.
 
 Each family (adam, adagrad, lion) runs on one tensor of --numel params and on the same params cut
-into --sub-groups chunks (what the engine hands over). Every optimizer steps its own copy of the
-params, all with the same grads, once as a warm-up (which creates the state) and then once per
-round for --rounds rounds. In each round zero's step and DeepSpeed's are timed back to back, in
-turn first, and their ratio (zero / DeepSpeed: below 1, zero is faster) is that round's pair; the
-result per family and layout is the median of those pairs, checked against --target (0.95):
+into --sub-groups chunks (what the engine hands over). All optimizers step the same params, grads
+and optimizer states: each steps once as a warm-up, and then its states are replaced by zero's, so
+that every step reads and writes the same memory. (Where a buffer lands in physical memory moved a
+step's time by up to 30% on the development VM: of two identical optimizers, the one allocated
+first was 13-30% faster, more than the difference being measured.) Then each optimizer steps once
+per round for --rounds rounds. In each round zero's step and DeepSpeed's are timed back to back,
+in turn first, and their ratio (zero / DeepSpeed: below 1, zero is faster) is that round's pair;
+the result per family and layout is the median of those pairs, checked against --target (0.95):
 pairs share whatever load the machine has at that moment, which a best-of-N of each does not.
 A PASS/FAIL line per family and layout and a final verdict close the output.
 
@@ -48,6 +51,11 @@ from zero_plugins import format_table
 STATE_BYTES_PER_PARAM = {"adam": 2 * 2 * 4, "adagrad": 2 * 4, "lion": 2 * 4}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 DEEPSPEED_CLASS = {"adam": "DeepSpeedCPUAdam", "adagrad": "DeepSpeedCPUAdagrad", "lion": "DeepSpeedCPULion"}
+# DeepSpeed's state names for zero's states (its Adagrad calls the sum exp_avg_sq; its Lion also
+# keeps an exp_avg_sq that it never reads).
+DEEPSPEED_SHARED = {"adam": {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"},
+                    "adagrad": {"exp_avg_sq": "sum"}, "lion": {"exp_avg": "exp_avg"}}
+TORCH_SHARED = {"adam": {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}, "adagrad": {"sum": "sum"}}
 HYPER: dict[str, dict[str, Any]] = {  # one set per family, given to every implementation
     "adam": dict(lr=1e-3, weight_decay=0.01),
     "adagrad": dict(lr=1e-2, weight_decay=0.01),
@@ -61,6 +69,7 @@ MakeOptimizer = Callable[[list[torch.Tensor]], Any]
 class Case:
     name: str
     make: MakeOptimizer
+    shared: dict[str, str] = field(default_factory=dict)  # its state name -> zero's, for the state it takes over
     seconds: list[float] = field(default_factory=list)  # one step time per round
 
 
@@ -110,7 +119,8 @@ def deepspeed_case(family: str) -> Case | None:
         print(f"skipping {DEEPSPEED_CLASS[family]}: {type(error).__name__}: {error}")
         return None
     print(f"  ready in {time.perf_counter() - started:.1f} s")
-    return Case(f"DeepSpeed {DEEPSPEED_CLASS[family]}", lambda params: cls(params, **HYPER[family]))
+    return Case(f"DeepSpeed {DEEPSPEED_CLASS[family]}", lambda params: cls(params, **HYPER[family]),
+                DEEPSPEED_SHARED[family])
 
 
 def cases_for(family: str, with_torch: bool, fp32: bool) -> list[Case]:
@@ -125,23 +135,28 @@ def cases_for(family: str, with_torch: bool, fp32: bool) -> list[Case]:
     torch_optimizer = {"adam": torch.optim.AdamW, "adagrad": torch.optim.Adagrad}.get(family) if fp32 else None
     if with_torch and torch_optimizer is not None:
         name = torch_optimizer.__name__
-        cases.append(Case(f"torch {name}(fused=True)", lambda params: torch_optimizer(params, fused=True, **hyper)))
+        cases.append(Case(f"torch {name}(fused=True)", lambda params: torch_optimizer(params, fused=True, **hyper),
+                          TORCH_SHARED[family]))
     return cases
 
 
 def time_family(cases: list[Case], grads: torch.Tensor, initial: torch.Tensor, chunks: int,
                 rounds: int, bandwidth: Bandwidth) -> list[float]:
     """Step every case once per round (zero and DeepSpeed back to back, in turn first, then the
-    rest); each case's step times land in case.seconds. Returns the paired ratios zero / DeepSpeed."""
+    rest), all on the same params and states; each case's step times land in case.seconds.
+    Returns the paired ratios zero / DeepSpeed."""
     size = math.ceil(initial.numel() / chunks)
+    params = list(initial.clone().split(size))
+    for param, grad in zip(params, grads.split(size)):
+        param.grad = grad
     optimizers = []
     for case in cases:
         case.seconds = []
-        params = list(initial.clone().split(size))
-        for param, grad in zip(params, grads.split(size)):
-            param.grad = grad
         optimizer = case.make(params)
         optimizer.step()  # warm-up: creates the state
+        for param in params:  # zero's own states are its first case's, taken over by the others
+            for name, zeros_name in case.shared.items():
+                optimizer.state[param][name] = optimizers[0].state[param][zeros_name]
         optimizers.append(optimizer)
     ratios = []
     for round_ in range(rounds):

@@ -1,6 +1,6 @@
 """The CPU optimizers' fused op: its build and state, the loud fallback to torch's kernels, the
 choice by ZERO_CPU_OPTIMIZER_KERNEL, and what the op promises beyond torch's kernels (the same
-bits for any thread count and any cut into sub-groups; fp32 states in huge pages)."""
+bits for any thread count and any cut into sub-groups)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,6 @@ import torch
 
 from zero_offload import CPUAdagrad, CPUAdam, CPULion
 from zero_offload.optim import KERNEL_ENV, build_cpu_optimizer_op, cpu_optimizer_op_state
-from zero_offload.optim._states import huge_page_size
 from optim_helpers import make_params, set_grads
 
 OPTIMIZERS = {"adam": CPUAdam, "adagrad": CPUAdagrad, "lion": CPULion}
@@ -143,30 +142,6 @@ def test_a_state_that_does_not_fit_its_param_is_refused_not_stepped():
     optimizer.state[param]["exp_avg"] = torch.zeros(10)  # the op would write past its end
     with pytest.raises(ValueError, match=r"a state tensor of \[10\] does not fit its param of 1000 elements"):
         optimizer.step()
-
-
-@pytest.mark.skipif(huge_page_size() is None, reason="transparent huge pages are not on request (madvise) here")
-def test_large_fp32_states_are_advised_huge_pages():
-    param = torch.zeros(1 << 21)  # 8 MiB: whole huge pages inside it
-    param.grad = torch.ones(1 << 21)
-    optimizer = CPUAdam([param])
-    optimizer.step()
-    state = optimizer.state[param]["exp_avg"]
-    assert torch.all(state != 0)  # zero-filled, then stepped
-    assert "hg" in _vm_flags(state.data_ptr() + state.nbytes // 2)
-
-
-def _vm_flags(address: int) -> list[str]:
-    """The VmFlags of the mapping that holds `address` (hg: advised MADV_HUGEPAGE)."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        fields = line.split()
-        if "-" in fields[0] and not fields[0].endswith(":"):
-            start, end = (int(bound, 16) for bound in fields[0].split("-"))
-            inside = start <= address < end
-        elif inside and fields[0] == "VmFlags:":
-            return fields[1:]
-    raise AssertionError(f"no mapping holds {address:#x}")
 
 
 def test_the_build_is_keyed_by_the_source_its_headers_and_the_cpu(tmp_path, monkeypatch):

@@ -25,8 +25,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "cpu_optim_lanes.h"
 
 namespace py = pybind11;
@@ -183,7 +181,7 @@ struct AdamUpdate {
             // of a memory-bound step on one thread) and moves the update by an ulp at most.
             const V denominator = mul_add(square_root(v), V::all(inverse_bias_correction2_sqrt), V::all(e));
             Io::store(param + i, p - V::all(step_size) * m / denominator);
-        });
+        }, param, grad, exp_avg, exp_avg_sq);
     }
 };
 
@@ -202,7 +200,7 @@ struct AdagradUpdate {
             const V s = mul_add(g, g, V::load(sum + i));
             s.store(sum + i);
             Io::store(param + i, p - V::all(l) * g / (square_root(s) + V::all(e)));
-        });
+        }, param, grad, sum);
     }
 };
 
@@ -224,7 +222,7 @@ struct LionUpdate {
             const V sign = sign_of(lerp1(m, g));
             Io::store(param + i, Io::template load<V>(param + i) * V::all(d) - V::all(l) * sign);
             lerp2(m, g).store(exp_avg + i);
-        });
+        }, param, grad, exp_avg);
     }
 };
 
@@ -294,22 +292,6 @@ void lion_step(int storage, const Pointers& pointers, const std::vector<int64_t>
              LionUpdate{Lerp(float(1 - beta1)), Lerp(float(1 - beta2)), float(lr), float(1 - lr * weight_decay)});
 }
 
-// Transparent huge pages for the whole huge pages inside [address, address + bytes), asked for
-// before the memory is first touched: a step streams through several arrays, and in a VM each TLB
-// miss costs a two-level page walk (Adam on 33.5M params, one thread: 15% faster with the states
-// in huge pages). False where the advice is unknown or refused; the memory is usable either way.
-bool advise_huge_pages(uintptr_t address, int64_t bytes, int64_t page)
-{
-#if defined(MADV_HUGEPAGE)
-    const uintptr_t mask = ~uintptr_t(page - 1);
-    const uintptr_t begin = (address + uintptr_t(page) - 1) & mask;
-    const uintptr_t end = (address + uintptr_t(bytes)) & mask;
-    return end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0;
-#else
-    return false;
-#endif
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
@@ -318,5 +300,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("adam_step", &adam_step, "Adam/AdamW over params, grads, exp_avg, exp_avg_sq[, max_exp_avg_sq]");
     m.def("adagrad_step", &adagrad_step, "Adagrad over params, grads, sum");
     m.def("lion_step", &lion_step, "Lion over params, grads, exp_avg");
-    m.def("advise_huge_pages", &advise_huge_pages, "madvise(MADV_HUGEPAGE) over the huge pages inside a range");
 }

@@ -173,14 +173,28 @@ inline Lanes sign_of(Lanes a)
 
 #endif
 
+// How far ahead of the loop each array is prefetched, in elements. The hardware prefetchers stop at
+// every 4 KiB page; a software prefetch a little ahead keeps the next page's lines coming. Measured
+// on the 2-core development VM (AVX-512), one thread, against none: Adam 8% faster in fp32 and 17%
+// in bf16, Adagrad 16% in bf16, Lion 5% in bf16, 1-3% either way elsewhere; 32, 64, 128 and 256
+// ahead did worse overall (256: Adagrad and Lion 12-18% slower).
+constexpr int64_t kPrefetchAhead = 96;
+
 // Calls body(V{}, i) for i = 0, V::lanes, ... up to n: SIMD lanes while a whole vector fits, then
 // one element at a time (a loop the compiler may still vectorize where there is no SIMD type).
-template <class Body>
-inline void for_lanes(int64_t n, const Body& body)
+// `streams` are the arrays the body walks, prefetched kPrefetchAhead elements ahead.
+template <class Body, class... Streams>
+inline void for_lanes(int64_t n, const Body& body, const Streams*... streams)
 {
     int64_t i = 0;
 #if defined(ZERO_CPU_OPTIM_SIMD)
-    for (; i + Lanes::lanes <= n; i += Lanes::lanes) body(Lanes{}, i);
+    for (; i + Lanes::lanes <= n; i += Lanes::lanes) {
+        // A prefetch past the end of an array is harmless: it never faults.
+        (_mm_prefetch(reinterpret_cast<const char*>(streams + i + kPrefetchAhead), _MM_HINT_T0), ...);
+        body(Lanes{}, i);
+    }
+#else
+    ((void)streams, ...);
 #endif
 #pragma omp simd
     for (int64_t j = i; j < n; ++j) body(Scalar{}, j);

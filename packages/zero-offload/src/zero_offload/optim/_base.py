@@ -12,7 +12,6 @@ import torch
 from ._fp32 import step_widened
 from ._lists import Kernel, StepLists
 from ._native import STORAGE_CODES, cpu_optimizer_op
-from ._states import new_state
 
 # One call of the fused op (see _native) over StepLists of one param dtype, given its storage code.
 NativeKernel = Callable[[int, StepLists], None]
@@ -97,7 +96,7 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
             dtype = self._state_dtype(param)
             for name in names:
                 if name not in state:  # also covers amsgrad switched on after the first step
-                    state[name] = new_state(param.shape, dtype, op)
+                    state[name] = torch.zeros(param.shape, dtype=dtype)
             if op is not None and dtype == torch.float32 and param.dtype in STORAGE_CODES:
                 lists = native.setdefault(STORAGE_CODES[param.dtype], StepLists([[] for _ in names]))
             else:
