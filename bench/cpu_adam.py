@@ -1,16 +1,19 @@
 """zero's CPU optimizers against DeepSpeed's (and optionally torch's), on the same tensors: the median paired ratio.
 
 Each family (adam, adagrad, lion) runs on one tensor of --numel params and on the same params cut
-into --sub-groups chunks (what the engine hands over). All optimizers step the same params, grads
-and optimizer states: each steps once as a warm-up, and then its states are replaced by zero's, so
-that every step reads and writes the same memory. (Where a buffer lands in physical memory moved a
-step's time by up to 30% on the development VM: of two identical optimizers, the one allocated
-first was 13-30% faster, more than the difference being measured.) Then each optimizer steps once
-per round for --rounds rounds. In each round zero's step and DeepSpeed's are timed back to back,
-in turn first, and their ratio (zero / DeepSpeed: below 1, zero is faster) is that round's pair;
-the result per family and layout is the median of those pairs, checked against --target (0.95):
-pairs share whatever load the machine has at that moment, which a best-of-N of each does not.
-A PASS/FAIL line per family and layout and a final verdict close the output.
+into --sub-groups chunks (what the engine hands over), for --rounds rounds. Each round allocates
+the params and states anew, and all optimizers step those same params, grads and states: each
+steps once as a warm-up, then its states are replaced by zero's, so that every timed step reads
+and writes the same memory. Where a buffer lands in physical memory moves a step's time more than
+the difference being measured (on the development VM, of two identical optimizers the one
+allocated first was 13-30% faster, and DeepSpeed's Adam took 26 to 46 ms on the same 33.5M params
+from one allocation to the next): sharing the memory makes a pair fair, and new memory every
+round keeps one lucky or unlucky allocation from deciding the result. In each round zero's step
+and DeepSpeed's are timed back to back, in turn first, and their ratio (zero / DeepSpeed: below 1,
+zero is faster) is that round's pair; the result per family and layout is the median of those
+pairs, checked against --target (0.95): pairs share whatever load the machine has at that moment,
+which a best-of-N of each does not. A PASS/FAIL line per family and layout and a final verdict
+close the output.
 
 A step over N params is memory-bound: Adam reads param, grad, exp_avg and exp_avg_sq and writes
 param, exp_avg and exp_avg_sq (7 x 4 bytes per fp32 param); Adagrad and Lion read 3 and write 2
@@ -140,26 +143,34 @@ def cases_for(family: str, with_torch: bool, fp32: bool) -> list[Case]:
     return cases
 
 
-def time_family(cases: list[Case], grads: torch.Tensor, initial: torch.Tensor, chunks: int,
-                rounds: int, bandwidth: Bandwidth) -> list[float]:
-    """Step every case once per round (zero and DeepSpeed back to back, in turn first, then the
-    rest), all on the same params and states; each case's step times land in case.seconds.
-    Returns the paired ratios zero / DeepSpeed."""
+def build(cases: list[Case], grads: torch.Tensor, initial: torch.Tensor, chunks: int) -> list[Any]:
+    """One optimizer per case on fresh params (a copy of `initial` in `chunks` pieces), each stepped
+    once as a warm-up; the others then take over zero's (the first case's) states."""
     size = math.ceil(initial.numel() / chunks)
     params = list(initial.clone().split(size))
     for param, grad in zip(params, grads.split(size)):
         param.grad = grad
-    optimizers = []
+    optimizers: list[Any] = []
     for case in cases:
-        case.seconds = []
         optimizer = case.make(params)
-        optimizer.step()  # warm-up: creates the state
-        for param in params:  # zero's own states are its first case's, taken over by the others
+        optimizer.step()  # warm-up: creates the state, and faults in the new memory
+        for param in params:
             for name, zeros_name in case.shared.items():
                 optimizer.state[param][name] = optimizers[0].state[param][zeros_name]
         optimizers.append(optimizer)
+    return optimizers
+
+
+def time_family(cases: list[Case], grads: torch.Tensor, initial: torch.Tensor, chunks: int,
+                rounds: int, bandwidth: Bandwidth) -> list[float]:
+    """Per round, on params and states allocated anew, step every case once (zero and DeepSpeed back
+    to back, in turn first, then the rest); each case's step times land in case.seconds. Returns
+    the paired ratios zero / DeepSpeed."""
+    for case in cases:
+        case.seconds = []
     ratios = []
     for round_ in range(rounds):
+        optimizers = build(cases, grads, initial, chunks)
         bandwidth.measure()
         order = list(range(len(cases)))
         if round_ % 2 and len(cases) > 1:
@@ -170,6 +181,8 @@ def time_family(cases: list[Case], grads: torch.Tensor, initial: torch.Tensor, c
             cases[index].seconds.append(time.perf_counter() - started)
         if len(cases) > 1:
             ratios.append(cases[0].seconds[-1] / cases[1].seconds[-1])
+        del optimizers
+        gc.collect()  # frees this round's buffers before the next round allocates its own
     return ratios
 
 
@@ -193,7 +206,8 @@ def main() -> None:
           f"{torch.get_num_threads()} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), "
           f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"zero's fused op: {cpu_optimizer_op_state()['state']}")
-    print(f"{args.numel} {args.param_dtype} params, fp32 states; {args.rounds} rounds after a warm-up step\n")
+    print(f"{args.numel} {args.param_dtype} params, fp32 states; {args.rounds} rounds, each on new memory after a "
+          "warm-up step\n")
 
     bandwidth = Bandwidth()
     generator = torch.Generator().manual_seed(0)
