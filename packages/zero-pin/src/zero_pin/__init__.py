@@ -19,7 +19,7 @@ from ._host_allocator import (
 )
 from ._errors import MemlockLimitError, NativeBuildError, PinError
 from ._memlock import check_memlock, memlock_limit
-from ._native_build import native_build_state
+from ._native_build import NativeOp, native_build_state
 from ._units import format_bytes
 from ._select import (
     available_backends,
@@ -39,6 +39,7 @@ __all__ = [
     "HostAllocatorStats",
     "MemlockLimitError",
     "NativeBuildError",
+    "NativeOp",
     "PinBackend",
     "PinError",
     "__version__",

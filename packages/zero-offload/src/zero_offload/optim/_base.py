@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import Any, overload
 
 import torch
+from zero_core.memory import is_fake
 
 from ._fp32 import step_widened
 from ._lists import Kernel, StepLists
@@ -107,7 +108,9 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
         if not steps:
             return
         torch._foreach_add_(steps, 1.0)
-        if op is not None and native:
+        # A dry run's fake tensors have no data for the op to read; it allocates nothing, so skipping it changes
+        # no figure the dry run measures.
+        if op is not None and native and not is_fake(next(iter(native.values())).params[0]):
             native_kernel = self._native_kernel(op, group)
             for storage, lists in native.items():
                 native_kernel(storage, lists)

@@ -15,8 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-from zero_pin import NativeBuildError
-from zero_pin._native_build import NativeOp
+from zero_pin import NativeBuildError, NativeOp
 
 from ._lists import StepLists
 
