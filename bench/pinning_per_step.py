@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from _peers_measure import MiB, PerRank, base_ds_config, make_model
+from _peers_measure import MiB, PerRank, add_model_args, base_ds_config, make_model
 from _peers_run import add_run_args, main
 
 FRAMEWORKS = ("zero", "deepspeed")
@@ -75,12 +75,7 @@ class PinRequests:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=12, help="micro-batches (two per optimizer step)")
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--vocab", type=int, default=8192)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--micro-batch", type=int, default=2)
+    add_model_args(parser)  # --steps counts micro-batches here: two per optimizer step
     add_run_args(parser, FRAMEWORKS)
     return parser.parse_args()
 
