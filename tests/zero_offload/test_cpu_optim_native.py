@@ -156,3 +156,18 @@ def test_the_build_is_keyed_by_the_source_its_headers_and_the_cpu(tmp_path, monk
     monkeypatch.setattr("zero_pin._native_build.cpu_fingerprint", lambda: "another CPU")
     names.append(op.extension_name())
     assert len(set(names)) == 3 and all(name.startswith("op_") for name in names)
+
+
+@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
+def test_a_tensor_without_data_is_refused_not_read():
+    """A fake tensor (as a dry run's) has a null data pointer: the op would crash on it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from zero_offload.optim._lists import StepLists
+    from zero_offload.optim._native import native_arguments
+
+    with FakeTensorMode():
+        param, grad, state = torch.zeros(4), torch.zeros(4), torch.zeros(4)
+    lists = StepLists([[state]], [param], [grad], [torch.tensor(1.0)])
+    with pytest.raises(ValueError, match="a param tensor has no data"):
+        native_arguments(lists)

@@ -88,9 +88,14 @@ def native_arguments(lists: StepLists) -> tuple[list[list[int]], list[int]]:
     of the param's size: every tensor is checked for that here, as a bad pointer would crash."""
     numels = [param.numel() for param in lists.params]
     kinds = [("param", lists.params), ("grad", lists.grads)] + [("state", kind) for kind in lists.states]
+    pointers = []
     for what, tensors in kinds:
         for tensor, numel in zip(tensors, numels):
             if tensor.numel() != numel or not tensor.is_contiguous():
                 raise ValueError(f"a {what} tensor of {list(tensor.shape)} does not fit its param of {numel} "
                                  "elements as a contiguous array (was a param's .data or state replaced?)")
-    return [[tensor.data_ptr() for tensor in tensors] for _, tensors in kinds], numels
+        pointers.append([tensor.data_ptr() for tensor in tensors])
+        if any(pointer == 0 for pointer, numel in zip(pointers[-1], numels) if numel):
+            raise ValueError(f"a {what} tensor has no data (a fake or meta tensor?): the fused op reads and writes "
+                             f"real memory; step real CPU tensors, or set {KERNEL_ENV}=torch")
+    return pointers, numels
