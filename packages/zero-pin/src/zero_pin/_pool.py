@@ -53,13 +53,10 @@ class PinnedPool:
             return flat.as_strided(tensor.shape, tensor.stride())
         return flat.view(tensor.shape)
 
-    def blocks(self) -> list[torch.Tensor]:
-        """Every block the pool holds, in use or free."""
-        with self._lock:
-            return [block.tensor for bucket in self._blocks.values() for block in bucket]
-
     def held_bytes(self) -> int:
-        return sum(block.numel() for block in self.blocks())
+        """Bytes of every block the pool holds, in use or free."""
+        with self._lock:
+            return sum(size * len(bucket) for size, bucket in self._blocks.items())
 
     def trim(self) -> int:
         """Drop the blocks nobody took since the previous trim; returns their bytes."""

@@ -79,10 +79,12 @@ class CPUAdam(CPUOptimizer):
 
         def kernel(storage: int, lists: StepLists) -> None:
             pointers, numels = native_arguments(lists)
-            steps = [step.item() for step in lists.steps] if bias_correction else []
-            # In double, as torch's kernel computes them; the op rounds them to fp32.
-            step_sizes = [lr / (1 - beta1**step) for step in steps] if bias_correction else [lr] * len(numels)
-            corrections = [1 / math.sqrt(1 - beta2**step) for step in steps] if bias_correction else [1.0] * len(numels)
+            if bias_correction:  # in double, as torch's kernel computes them; the op rounds them to fp32
+                steps = [step.item() for step in lists.steps]
+                step_sizes = [lr / (1 - beta1**step) for step in steps]
+                corrections = [1 / math.sqrt(1 - beta2**step) for step in steps]
+            else:
+                step_sizes, corrections = [lr] * len(numels), [1.0] * len(numels)
             op.adam_step(storage, pointers, numels, step_sizes, corrections, lr, beta1, beta2,
                          float(group["eps"]), float(group["weight_decay"]), self.adamw_mode, amsgrad)
 
