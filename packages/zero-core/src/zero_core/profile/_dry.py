@@ -73,7 +73,9 @@ def _deadline(seconds: float) -> Iterator[None]:
                              "stopped; pass a larger --timeout, or fewer --steps or settings")
 
     previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # Again every second after the first: Python ignores an exception raised inside a weakref callback or a
+    # __del__ (the ledger's and the tracker's run all through a trace), and one alarm landing there was lost.
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     finally:
