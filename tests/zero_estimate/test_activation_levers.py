@@ -35,7 +35,8 @@ SMALL = from_numbers(1_000_000, 100_000, shape=TransformerShape(LAYERS, H, A, 0)
 
 
 def _small(gpus: int = 1, **training: Any) -> Estimate:
-    return estimate(SMALL, Cluster(gpus), Training(precision="fp16", seq_len=S, micro_batch=B, **training))
+    return estimate(SMALL, Cluster(gpus), Training(precision="fp16", seq_len=S, micro_batch=B,
+                                                   **{"attention": "eager", **training}))
 
 
 def _activations(result: Estimate, where: str = "gpu") -> int:
@@ -66,6 +67,31 @@ def test_cpu_checkpointing_moves_the_inputs_to_pinned_host_memory():
     assert result.by_category("pinned", "forward")["activations"] == 2 * LAYERS * ONE_INPUT  # per node: 2 GPUs
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "flash"])
+def test_a_fused_kernel_keeps_a_logsumexp_per_query_instead_of_the_probabilities(attention):
+    """SDPA and FlashAttention keep the output (the output projection's input, counted in 34sbh) and an fp32
+    logsumexp per query and head: 4*a*s*b bytes a layer, where eager keeps 9 B per score."""
+    fused_layer = 34 * S * B * H + 4 * A * S * B
+    assert _activations(_small(attention=attention)) == LAYERS * fused_layer
+    # Checkpointed, the rebuilt layer is a fused one too.
+    assert _activations(_small(attention=attention, checkpointing="full")) == LAYERS * ONE_INPUT + fused_layer
+
+
+def test_a_fused_kernel_keeps_grouped_keys_and_values_as_narrow_as_the_projections_made_them():
+    """Grouped-query attention: eager repeats K and V to every query head before keeping them, a fused
+    kernel keeps them num_key_value_heads wide (Llama's attention: 5 of its 16-bit h-wide tensors are the
+    block's input, Q, K, V and the output projection's input)."""
+    grouped = from_numbers(1_000_000, 100_000, shape=TransformerShape(LAYERS, H, A, 0, intermediate_size=4 * H,
+                                                                                 num_kv_heads=1))
+    narrow = H // A  # one key/value head of the 4
+
+    def activations(attention: str) -> int:
+        return _activations(estimate(grouped, Cluster(1), Training(precision="fp16", seq_len=S, micro_batch=B,
+                                                                   attention=attention)))
+    assert activations("eager") == LAYERS * FULL_LAYER
+    assert activations("sdpa") == LAYERS * (FULL_LAYER - 9 * A * S * S * B + 4 * A * S * B - 2 * 2 * (H - narrow) * S * B)
+
+
 @pytest.mark.parametrize("checkpointing, per_layer", [("none", FULL_LAYER), ("selective", 34 * S * B * H)])
 def test_offload_activations_keeps_every_layers_saved_tensors_in_pinned_host_memory(checkpointing, per_layer):
     result = _small(gpus=2, checkpointing=checkpointing, offload_activations=True)
@@ -88,7 +114,8 @@ def test_checkpoint_settings_need_full_checkpointing():
 
 def test_cli_flags_and_json(capsys):
     model = ["--params", "1e6", "--layers", "4", "--hidden-size", "64", "--heads", "4"]
-    shape = ["--precision", "fp16", "--seq-len", "128", "--micro-batch", "2", "--stage", "0", "--json"]
+    shape = ["--precision", "fp16", "--seq-len", "128", "--micro-batch", "2", "--stage", "0", "--attention", "eager",
+             "--json"]
     code, out, _ = run_main(capsys, "estimate", *model, *shape, "--number-checkpoints", "2", "--cpu-checkpointing")
     assert code == 0
     (data,) = json.loads(out)["estimates"]
@@ -115,7 +142,7 @@ def test_cli_flags_and_json(capsys):
 
 def test_plan_tries_checkpointing_when_activations_do_not_fit():
     spec = from_preset("bert-large")
-    training = Training(precision="fp16", seq_len=512, micro_batch=8)
+    training = Training(precision="fp16", seq_len=512, micro_batch=8, attention="eager")
     result = plan(spec, Cluster(8), Limits(6 * 2**30), training)
     assert result.fits, "only checkpointing brings BERT-large at micro-batch 8 under 6 GiB"
     assert all(c.estimate.training.checkpointing == "full" for c in result.fits)
@@ -130,7 +157,7 @@ def test_plan_tries_checkpointing_when_activations_do_not_fit():
 # The reference question: BERT-large (24 layers, hidden 1024, 16 heads) in fp16 on 8 GPUs, seq 512,
 # micro-batch 8 (the batch docs/memory-model.md assumes for it).
 BERT = from_preset("bert-large")
-BERT_TRAINING = Training(precision="fp16", seq_len=512, micro_batch=8)
+BERT_TRAINING = Training(precision="fp16", seq_len=512, micro_batch=8, attention="eager")
 
 
 def test_bert_large_is_the_reference_shape():
@@ -154,14 +181,14 @@ def test_explain_names_activations_and_each_lever_is_the_estimators_own_number(s
         return gib(estimate(BERT, Cluster(8), training, zero).peak("gpu")[1])
 
     expected = {
-        "checkpoint every layer": peak_of(Training(precision="fp16", seq_len=512, micro_batch=8, checkpointing="full")),
-        "halve the micro-batch": peak_of(Training(precision="fp16", seq_len=512, micro_batch=4, grad_accum=2)),
+        "checkpoint every layer": peak_of(Training(precision="fp16", seq_len=512, micro_batch=8, attention="eager", checkpointing="full")),
+        "halve the micro-batch": peak_of(Training(precision="fp16", seq_len=512, micro_batch=4, grad_accum=2, attention="eager")),
         "offload the optimizer": peak_of(zero=ZeroSettings(stage=max(stage, 1), offload_optimizer="cpu")),
         "checkpointed inputs in host memory": peak_of(
-            Training(precision="fp16", seq_len=512, micro_batch=8, checkpointing="full", cpu_checkpointing=True)
+            Training(precision="fp16", seq_len=512, micro_batch=8, attention="eager", checkpointing="full", cpu_checkpointing=True)
         ),
         "the layers' saved activations in host memory": peak_of(
-            Training(precision="fp16", seq_len=512, micro_batch=8, offload_activations=True)
+            Training(precision="fp16", seq_len=512, micro_batch=8, attention="eager", offload_activations=True)
         ),
     }
     if stage < 3:
@@ -184,7 +211,8 @@ def test_explain_gives_the_reference_questions_ratios(capsys):
     # assumed here ours falls 1.3x (1.47x before the activations counted the fp32 softmax, 9 B per attention
     # score, and the loss's fp32 copies): activations, which no stage partitions, weigh more of the peak.
     assert round(states) == 8 and 1.25 < peaks < 1.6
-    args = ["--preset", "bert-large", "--gpus", "8", "--stage", "0,3", "--precision", "fp16", "--seq-len", "512"]
+    args = ["--preset", "bert-large", "--gpus", "8", "--stage", "0,3", "--precision", "fp16", "--seq-len", "512",
+            "--attention", "eager"]
     code, out, _ = run_main(capsys, "estimate", *args, "--micro-batch", "8", "--explain")
     assert code == 0
     assert f"model states fell {states:.1f}x" in out and f"the peak {peaks:.1f}x" in out

@@ -307,7 +307,7 @@ def test_cli_missing_ds_config_is_one_line(capsys, tmp_path):
 
 def test_as_dict_echoes_the_inputs_and_breaks_every_location_down_by_category():
     training = Training(precision="fp16", optimizer="sgd", micro_batch=2, seq_len=256, grad_accum=3,
-                        flash_attention=True)
+                        attention="flash")
     zero = ZeroSettings(stage=2, offload_optimizer="cpu", reduce_bucket_size=10**7)
     result = estimate(from_numbers(10**9), Cluster(gpus_per_node=4, nodes=2), training, zero)
     data = result.as_dict()
@@ -324,4 +324,4 @@ def test_as_dict_echoes_the_inputs_and_breaks_every_location_down_by_category():
     # host figures per node: the 4 processes' lines
     pinned = data["categories"]["host.pinned"]["step"]
     assert pinned == {k: 4 * v for k, v in result.by_category("host.pinned", "step", per_rank=True).items()}
-    assert estimate(from_numbers(10**9)).as_dict()["inputs"]["attention"] == "eager (scores kept)"
+    assert estimate(from_numbers(10**9)).as_dict()["inputs"]["attention"] == "sdpa"  # transformers' default

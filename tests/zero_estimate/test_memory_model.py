@@ -195,21 +195,22 @@ def test_activations_follow_korthikanti_34_sbh_plus_the_scores_eager_attention_k
     layer = linear + 9 * scores
     # The 16-bit logits; at the loss also Hugging Face's fp32 copy of them and its fp32 log-softmax.
     logits = S * B * 100 * (2 + 4 + 4)
-    assert _activations() == 2 * layer + logits
-    assert _activations(flash_attention=True) == 2 * linear + logits
-    assert _activations(checkpointing="selective") == 2 * linear + logits
+    assert _activations(attention="eager") == 2 * layer + logits
+    # a fused kernel (SDPA, the default, and flash) keeps an fp32 logsumexp per query and head instead
+    assert _activations() == _activations(attention="flash") == 2 * (linear + 4 * 4 * S * B) + logits
+    assert _activations(checkpointing="selective", attention="eager") == 2 * linear + logits
     # full checkpointing: the inputs, and one layer rebuilt while it runs, or the loss: here the layer is larger
-    assert layer > logits and _activations(checkpointing="full") == 2 * (2 * S * B * 64) + layer
+    assert layer > logits and _activations(checkpointing="full", attention="eager") == 2 * (2 * S * B * 64) + layer
     # fp32: 4-byte values (the 1-byte dropout masks of the paper's 34 stay 1 byte: 2 * 32 + 2), the softmax
     # (4 B), the mask and the dropped copy (1 + 4 B); no logits copy
-    assert _activations(precision="fp32") == 2 * (66 * S * B * 64 + 9 * scores) + S * B * 100 * (4 + 4)
+    assert _activations(precision="fp32", attention="eager") == 2 * (66 * S * B * 64 + 9 * scores) + S * B * 100 * (4 + 4)
     # A model that drops nothing out (Pythia, Llama) keeps neither the masks nor the dropped copy.
     no_dropout = TransformerShape(2, 64, 4, 100, attention_dropout=False, hidden_dropout=False)
-    assert _activations(shape=no_dropout) == 2 * (32 * S * B * 64 + 6 * scores) + logits
+    assert _activations(shape=no_dropout, attention="eager") == 2 * (32 * S * B * 64 + 6 * scores) + logits
     # Backward starts with the saved log-softmax, the nll's fp32 gradient and the log-softmax's fp32 input
     # gradient; the logits are gone (a model whose gradients are smaller than that start, so backward peaks
     # there: _instants.py).
-    small = estimate(from_numbers(10_000, shape=SHAPE), Cluster(), Training(seq_len=S, micro_batch=B))
+    small = estimate(from_numbers(10_000, shape=SHAPE), Cluster(), Training(seq_len=S, micro_batch=B, attention="eager"))
     assert small.by_category("gpu", "backward")["activations"] == 2 * layer + S * B * 100 * (4 + 4 + 4)
     # With 1M params the gradients at the end of backward outweigh every activation: backward peaks there,
     # when backward has freed the activations.

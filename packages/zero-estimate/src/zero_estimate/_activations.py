@@ -32,22 +32,25 @@ ZeRO partitions none of this: every GPU holds its own micro-batch's activations.
 """
 from __future__ import annotations
 
-from zero_plugins import Category
+from zero_plugins import AttentionKind, Category
 
 from ._formula import Q
 from ._lines import BACKWARD, FORWARD, FORWARD_BACKWARD, Lines
 from ._settings import Training
 from ._spec import TransformerShape
 
+LOGSUMEXP_BYTES = 4  # a fused kernel's fp32 logsumexp, one per query and head
+
 
 def activation_lines(shape: TransformerShape, training: Training, seq_len: int) -> Lines:
     s, b = Q.var("s", seq_len), Q.var("b", training.micro_batch)
     h, a = Q.var("h", shape.hidden_size), Q.var("a", shape.num_heads)
     layers, vocab = Q.var("n", shape.num_layers), Q.var("V", shape.vocab_size)
+    fused = training.attention != AttentionKind.EAGER
     linear_terms = _linear_terms(shape, training, s * b, h)
-    full_layer = linear_terms if training.flash_attention else linear_terms + _scores(shape, training) * a * s * s * b
+    full_layer = linear_terms + (Q.const(LOGSUMEXP_BYTES) * a * s * b if fused else _scores(shape, training) * a * s * s * b)
     lines = Lines()
-    attention = "flash attention" if training.flash_attention else "attention scores kept"
+    attention = f"{training.attention} attention: {'a logsumexp per query' if fused else 'probabilities kept'}"
     if training.checkpointing != "full":
         per_layer = full_layer if training.checkpointing == "none" else linear_terms
         kind = attention if training.checkpointing == "none" else "attention core recomputed (selective checkpointing)"
@@ -79,8 +82,14 @@ def _linear_terms(shape: TransformerShape, training: Training, tokens: Q, h: Q) 
     saved = 2 if shape.mlp_saved_tensors is None else shape.mlp_saved_tensors
     # the attention block (5 b_p h), the MLP's input unless it reads the attention's (one norm), the norms
     mlp_input = bp if shape.norms_per_layer > 1 else 0
-    per_h = 5 * bp + mlp_input + shape.norms_per_layer * norm + masks
-    return (Q.const(per_h) * h + Q.const(saved * bp) * width) * tokens
+    kv = shape.num_kv_heads
+    if kv is None or training.attention == AttentionKind.EAGER:  # eager repeats K and V to every query head
+        per_h = 5 * bp + mlp_input + shape.norms_per_layer * norm + masks
+        return (Q.const(per_h) * h + Q.const(saved * bp) * width) * tokens
+    # a fused kernel keeps K and V as the projections made them, num_kv_heads wide
+    per_h = 3 * bp + mlp_input + shape.norms_per_layer * norm + masks
+    kv_width = Q.var("h_kv", shape.hidden_size * kv // shape.num_heads)
+    return (Q.const(per_h) * h + Q.const(2 * bp) * kv_width + Q.const(saved * bp) * width) * tokens
 
 
 def _scores(shape: TransformerShape, training: Training) -> Q:

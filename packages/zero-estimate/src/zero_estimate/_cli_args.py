@@ -15,6 +15,7 @@ from . import _checks, _ds_config, _sources
 from ._errors import EstimateError
 from zero_plugins.model_presets import PRESETS
 from ._settings import (
+    ATTENTION,
     CHECKPOINTING,
     OFFLOAD_DEVICES,
     OPTIMIZER_IMPLS,
@@ -44,6 +45,7 @@ FLAGS = {
     "seq_len": "--seq-len",
     "grad_accum": "--grad-accum",
     "checkpointing": "--checkpointing",
+    "attention": "--attention",
     "checkpoint_every": "--checkpoint-every",
     "number_checkpoints": "--number-checkpoints",
     "cpu_checkpointing": "--cpu-checkpointing",
@@ -83,7 +85,6 @@ _TRAINING_SWITCHES = {
     "--cpu-checkpointing": "full checkpointing, checkpointed inputs in pinned host memory",
     "--offload-activations":
         "what the layers save for backward in pinned host memory (offload_saved_activations); not with full",
-    "--flash-attention": "attention keeps no s x s scores",
 }
 # store_true ZeRO flags that turn a setting off: flag -> (ZeroSettings field, --help).
 _ZERO_OFF_SWITCHES = {
@@ -135,6 +136,8 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
         ("--seq-len", "N", "tokens per sample (default 2048, or the model's maximum)"),
         ("--grad-accum", "N", "gradient accumulation steps (default 1)"),
         ("--checkpointing", "MODE", _one_of(CHECKPOINTING, "none")),
+        ("--attention", "KIND", _one_of(ATTENTION, "sdpa") + ": sdpa and flash keep a logsumexp per query, eager "
+         "the s x s probabilities"),
         ("--checkpoint-every", "K", "full checkpointing, one checkpoint every K layers (default 1)"),
         ("--number-checkpoints", "N",
          "full checkpointing, N checkpoints over the layers (DeepSpeed's number_checkpoints): K = ceil(layers/N)"),
@@ -254,9 +257,9 @@ def training_from_args(
         "seq_len": _optional_count(args.seq_len, "--seq-len"),
         "grad_accum": _optional_count(args.grad_accum, "--grad-accum"),
         "checkpointing": _checkpointing(args),
+        "attention": _optional_choice(args.attention, "--attention", ATTENTION),
         "checkpoint_every": every,
         # store_true flags: left out means "as the base has it", so False is not an override.
-        "flash_attention": args.flash_attention or None,
         "cpu_checkpointing": args.cpu_checkpointing or None,
         "offload_activations": args.offload_activations or None,
     }

@@ -98,7 +98,7 @@ class Estimate:
             "micro_batch": training.micro_batch,
             "seq_len": self.seq_len,
             "grad_accum": training.grad_accum,
-            "attention": "flash" if training.flash_attention else "eager (scores kept)",
+            "attention": training.attention,
             "world_size": self.cluster.world_size,
             # overlap_comm as used: None (DeepSpeed's default) resolves by stage.
             "zero": {**asdict(self.zero), "overlap_comm": self.zero.overlap},

@@ -116,6 +116,7 @@ def llama(c: MistralConfig, head: bool) -> tuple[Modules, TransformerShape]:
     return modules, TransformerShape(
         n, h, c.num_attention_heads, c.vocab_size, **_dropout_of(c), intermediate_size=i,
         mlp_saved_tensors=saved_tensors(c.hidden_act, gated=True), norm_upcast=True,
+        num_kv_heads=c.kv_heads if c.kv_heads != c.num_attention_heads else None,
     )
 
 

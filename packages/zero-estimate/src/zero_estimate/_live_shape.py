@@ -16,6 +16,7 @@ from ._spec import TransformerShape
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
 _HIDDEN = ("hidden_size", "n_embd", "d_model")
 _HEADS = ("num_attention_heads", "n_head")
+_KV_HEADS = ("num_key_value_heads", "multi_query_group_num", "num_kv_heads")
 _WIDTH = ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
 _HIDDEN_DROPOUT = ("dropout", "resid_pdrop", "hidden_dropout", "hidden_dropout_prob")
 _ATTENTION_DROPOUT = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
@@ -34,12 +35,14 @@ def shape_from_live(model: Any, config: Mapping[str, Any]) -> TransformerShape |
     norms = _norms_in_first_layer(model)
     activation = config.get("hidden_act") or config.get("activation_function")
     width = _first(config, _WIDTH)
+    kv_heads = _first(config, _KV_HEADS)
     return TransformerShape(
         layers, hidden, heads, vocab,
         attention_dropout=_rate(config, _ATTENTION_DROPOUT), hidden_dropout=_rate(config, _HIDDEN_DROPOUT),
         intermediate_size=int(width) if isinstance(width, int) and width > 0 else None,
         mlp_saved_tensors=saved_tensors(activation if isinstance(activation, str) else None, gated),
         norm_upcast=upcast, norms_per_layer=norms if norms in (1, 2) else 2,
+        num_kv_heads=kv_heads if isinstance(kv_heads, int) and 0 < kv_heads < heads else None,
     )
 
 

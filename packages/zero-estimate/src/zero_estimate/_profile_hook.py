@@ -16,7 +16,7 @@ from . import _checks
 from ._ds_config import settings_from_ds_config, with_stage
 from ._errors import EstimateError
 from ._estimate import estimate
-from ._settings import Cluster
+from ._settings import ATTENTION, Cluster
 from ._sources import from_module
 
 REQUIRED = ("module", "ds_config", "world_size", "seq_len", "stage")
@@ -27,7 +27,8 @@ def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
 
     "stage" replaces the config's stage; "device" ("cpu", "cuda", ...; optional) decides how torch steps
     the optimizer (tensor by tensor on a CPU device); "checkpointing" (default "none") is the model's activation
-    checkpointing, which the ds_config does not tell. Keys beyond these are ignored, so a newer
+    checkpointing, which the ds_config does not tell; "attention" (default "sdpa") is the model's attention kernel
+    (zero_plugins.AttentionKind). Keys beyond these are ignored, so a newer
     zero-core can send more.
     """
     missing = [key for key in REQUIRED if key not in request]
@@ -42,6 +43,8 @@ def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
             checkpointing=request.get("checkpointing", "none"),
             seq_len=_checks.count(request["seq_len"], "seq_len"),
         )
+    training = replace(training, attention=_checks.choice(request.get("attention", training.attention), "attention",
+                                                          ATTENTION))
     zero = with_stage(zero, request["stage"])
     # torch steps tensor by tensor on a CPU device and with foreach kernels on a GPU (its defaults).
     if request.get("device") == "cpu":  # gloo: its collectives copy their buffers

@@ -47,6 +47,7 @@ SYMBOLS = {
     "b": "micro-batch size",
     "h": "hidden size",
     "a": "attention heads",
+    "h_kv": "key/value width: h x num_key_value_heads / a (grouped-query attention, kept so by a fused kernel)",
     "n": "transformer layers",
     "nc": "activation checkpoints: ceil(n/k) with a checkpoint every k layers (DeepSpeed's number_checkpoints)",
     "k": "layers per activation checkpoint, rebuilt together in backward",
@@ -71,7 +72,7 @@ def describe(estimate: Estimate) -> str:
         f"{cluster.nodes} {nodes} x {cluster.gpus_per_node} {gpus}; {precision}, {training.optimizer}; "
         f"micro-batch {training.micro_batch} x {estimate.seq_len} tokens, gradient accumulation {training.grad_accum}; "
         f"activation checkpointing {_checkpointing_words(training)}"
-        f"{', flash attention' if training.flash_attention else ''}"
+        f", {training.attention} attention"
     )
     return "".join(parts) + "\n" + setup
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zero_plugins import DEFAULT_ATTENTION, AttentionKind
+
 from . import _checks
 from ._errors import EstimateError
 
@@ -18,6 +20,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor")
 OPTIMIZER_IMPLS = ("foreach", "single-tensor", "fused")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 CHECKPOINTING = ("none", "selective", "full")
+ATTENTION = tuple(kind.value for kind in AttentionKind)
 DEFAULT_SEQ_LEN = 2048
 
 
@@ -47,7 +50,8 @@ class Training:
     """The training loop: precision, optimizer, batch shape, activation checkpointing.
 
     seq_len None means 2048, or the model's learned positions if fewer.
-    flash_attention: attention that keeps no s x s scores (FlashAttention, SDPA).
+    attention: the attention kernel (ATTENTION, zero_plugins.AttentionKind): "sdpa" (the default, as in
+    transformers) and "flash" keep the output and an fp32 logsumexp per query, "eager" the s x s probabilities.
     checkpointing "full": each checkpoint keeps only its first layer's input and rebuilds its
     layers in backward. checkpoint_every: layers per checkpoint (1: every layer); a model of
     n layers makes ceil(n/k) checkpoints, DeepSpeed's `number_checkpoints`.
@@ -67,7 +71,7 @@ class Training:
     seq_len: int | None = None
     grad_accum: int = 1
     checkpointing: str = "none"
-    flash_attention: bool = False
+    attention: str = DEFAULT_ATTENTION.value
     checkpoint_every: int = 1
     cpu_checkpointing: bool = False
     offload_activations: bool = False
@@ -78,6 +82,7 @@ class Training:
         _checks.choice(self.precision, "precision", PRECISION_BYTES)
         _checks.choice(self.optimizer, "optimizer", OPTIMIZERS)
         _checks.choice(self.optimizer_impl, "optimizer_impl", OPTIMIZER_IMPLS)
+        _checks.choice(self.attention, "attention", ATTENTION)
         _checks.count(self.micro_batch, "micro_batch")
         if self.seq_len is not None:
             _checks.count(self.seq_len, "seq_len")

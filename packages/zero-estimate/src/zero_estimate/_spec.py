@@ -92,6 +92,9 @@ class TransformerShape:
     # Norms per layer: 2, or 1 where attention and the MLP read one norm's output side by side (Phi), whose
     # saved input the MLP then shares.
     norms_per_layer: int = 2
+    # Key/value heads where fewer than the query heads (grouped-query attention); None: as many. A fused
+    # attention kernel keeps K and V that narrow; eager attention repeats them to every query head first.
+    num_kv_heads: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """Plugin machinery shared by the zero-* packages (pluggy project and entry-point group `zero`)."""
+from ._attention import DEFAULT_ATTENTION, AttentionKind
 from ._categories import UNOWNED_CATEGORIES, Category
 from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
@@ -30,7 +31,9 @@ from ._validation import validation_problem
 from .__about__ import __version__
 
 __all__ = [
+    "AttentionKind",
     "Category",
+    "DEFAULT_ATTENTION",
     "UNOWNED_CATEGORIES",
     "AddArguments",
     "ConfigFileError",

@@ -18,6 +18,7 @@ from ..accelerator import using_accelerator
 from ..memory import count_fake_tensors
 from ._accelerator import DryRunAccelerator
 from ._allocator import FakeAllocator
+from ._attention import register_cuda_attention
 from ._rng_module import register_rng_module
 
 
@@ -45,6 +46,8 @@ def dry_run(*, rank: int, world_size: int, device: str, total_memory: int) -> It
     allocator = FakeAllocator()
     accelerator = DryRunAccelerator(device, allocator, total_memory)  # first: it refuses an unknown device
     register_rng_module()
+    if device == "cuda":
+        register_cuda_attention()
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     count_fake_tensors(True)
     try:

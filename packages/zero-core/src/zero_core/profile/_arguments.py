@@ -27,6 +27,10 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-rank", type=int, metavar="R", help="freeze the model, train LoRA adapters of rank R")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="checkpoint every layer (Hugging Face's gradient_checkpointing_enable, non-reentrant)")
+    parser.add_argument("--attention", choices=("sdpa", "flash", "eager"), default="sdpa",
+                        help="the model's attention (transformers' attn_implementation): sdpa (default, as in "
+                             "transformers: a fused kernel where the device has one), flash (FlashAttention-2, CUDA "
+                             "only) or eager (keeps the s x s probabilities)")
     parser.add_argument("--micro-batch", type=int, metavar="B", help="default: the config's micro-batch, or 1")
     parser.add_argument("--seq-len", type=int, default=128, metavar="S", help="tokens per sample (default 128)")
     parser.add_argument("--steps", type=int, default=3, metavar="K", help="training steps per stage (default 3)")

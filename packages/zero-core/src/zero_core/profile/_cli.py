@@ -6,12 +6,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import CommandResult, ZeroError, check_output_path
+from zero_plugins import AttentionKind, CommandResult, ZeroError, check_output_path
 
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
 from ._models import hidden_width, max_positions, model_config, transformers_config
-from ..accelerator import host_memory_bytes
+from ..accelerator import get_accelerator, host_memory_bytes
+from ._attention import check_attention
 from ._dry import traced_ranks
 from ._request import DryRunTarget, ProfileRequest, Setting
 from ._run import run_profile
@@ -65,8 +66,11 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     request = ProfileRequest(args.model, config, ds_config, settings, nproc, micro_batch, seq_len,
                              _bounded(args.steps, "--steps", 1, 1000), lora_rank,
                              gradient_checkpointing=bool(args.gradient_checkpointing),
+                             attention=AttentionKind(args.attention),
                              timeout=_bounded_number(args.timeout, "--timeout", 1.0, 86400.0, "seconds"),
                              notes=tuple(notes), dry_run=dry_run)
+    device = dry_run.device if dry_run is not None else get_accelerator().device().type
+    check_attention(request.attention, device, request.precision, dry_run=dry_run is not None)
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
     transformers_config(config)  # so does a model transformers refuses, before any rank starts or anything prints

@@ -20,7 +20,10 @@ from typing import Any
 import torch
 from zero_plugins import ZeroError
 
-from ..dryrun import TARGET_OF, dry_run
+from zero_plugins import AttentionKind
+
+from ..dryrun import TARGET_OF, dry_run, forced_flash
+from ._attention import hf_implementation
 from ._models import build_model
 from ._ranks import DTYPES, measure_setting, prepared_model
 from ._request import DryRunTarget, ProfileRequest
@@ -31,6 +34,8 @@ MODELLED = {
         "pinned host memory: fake host tensors counted as pinned where the engine pins (no driver is asked)",
         "NCCL's buffers and the CUDA context: outside the caching allocator's count, as on a real run",
         "kernels' workspaces (cuBLAS, attention) and the caching allocator's reserve: not seen (outputs only)",
+        "attention: SDPA runs the kernel torch picks on an Ampere-or-newer GPU (flash, memory-efficient or math); "
+        "FlashAttention-2 (--attention flash) keeps what the flash kernel keeps",
     ],
     "cpu": [
         "kernels' temporaries inside an op: not seen (outputs only)",
@@ -51,8 +56,9 @@ def run_dry_ranks(request: ProfileRequest) -> list[list[dict[str, Any]]]:
         _progress("the model")("building it on the meta device, once for every rank and setting")
         # Built once (seconds for a 70B model), copied for each trace (a tenth of a second): a meta model holds no
         # data.
-        template = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed,
-                                                       device="meta"))
+        model = build_model(request.model_config, DTYPES[request.precision], request.seed, device="meta",
+                            attention=hf_implementation(request.attention, dry_run=True))
+        template = prepared_model(request, model)
         return [_dry_rank(rank, request, target, template) for rank in target.ranks]
 
 
@@ -91,7 +97,7 @@ def _dry_rank(rank: int, request: ProfileRequest, target: DryRunTarget,
         say = _progress(f"rank {rank} of {request.nproc}, {setting.label} ({index}/{len(request.settings)})")
         model = copy.deepcopy(template)
         with dry_run(rank=rank, world_size=request.nproc, device=target.device,
-                     total_memory=target.total_memory) as run:
+                     total_memory=target.total_memory) as run, forced_flash(request.attention is AttentionKind.FLASH):
             model = model.to_empty(device=run.accelerator.device())
             result = measure_setting(rank, request.nproc, request, setting, model, generator, say)
         results.append(_named_as_target(result))

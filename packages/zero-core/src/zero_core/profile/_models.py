@@ -2,7 +2,7 @@
 
 Nothing is downloaded: the model is built from its config with random initialisation. The "-tiny" presets are
 scaled-down stand-ins for the families users train (Pythia, Llama, GPT-2, Qwen2, OPT, Phi): hidden 256,
-4 layers, vocabulary 8192, eager attention. The full-size ones (pythia-6.9b, llama-3-70b, ...) are zero-estimate's
+4 layers, vocabulary 8192; their attention is `--attention`'s (_attention.py). The full-size ones (pythia-6.9b, llama-3-70b, ...) are zero-estimate's
 list (zero_plugins.model_presets), for `--dry-run`, which needs no memory for them.
 """
 from __future__ import annotations
@@ -72,19 +72,19 @@ def model_config(model: str) -> dict[str, Any]:
 
 
 def build_model(config: dict[str, Any], dtype: torch.dtype, seed: int = 0, *,
-                device: str = "cpu") -> torch.nn.Module:
-    """A causal-LM of `config` with random weights (seeded), in training mode, cast to `dtype`; on the "meta"
-    device it holds no memory and no values (a dry run gives it fake storage)."""
+                device: str = "cpu", attention: str = "sdpa") -> torch.nn.Module:
+    """A causal-LM of `config` with random weights (seeded), in training mode, cast to `dtype`, running
+    transformers' `attention` implementation; on the "meta" device it holds no memory and no values (a dry run
+    gives it fake storage)."""
     from transformers import AutoModelForCausalLM
 
     kind = config["model_type"]
     hf_config = transformers_config(config)
     torch.manual_seed(seed)
-    # Eager attention keeps the scores the estimator counts; SDPA would hide them.
     with torch.device(device):
         try:
             model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-                hf_config, attn_implementation="eager")
+                hf_config, attn_implementation=attention)
         except ValueError:  # an encoder (BERT), an encoder-decoder (T5): no causal-LM class
             raise ModelConfigError(f"--model: model_type {kind!r} has no causal language model in transformers; "
                                    "zero profile trains causal LMs: pass the config.json of one") from None

@@ -4,15 +4,19 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._attention import hf_implementation, kernels_in_graph
 from ._estimator import estimate_memory
 from ._lora import apply_lora
 from ._models import build_model
-from ._phases import hf_train_step, profile_engine
+from ._phases import profile_engine
 from ._request import ProfileRequest, Setting
+
+if TYPE_CHECKING:
+    from ..engine import ZeroEngine
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -27,7 +31,8 @@ def profile_rank(rank: int, world_size: int, request: ProfileRequest) -> list[di
     for index, setting in enumerate(request.settings, start=1):
         say = progress(rank, f"{setting.label} ({index}/{len(request.settings)})")
         say("building the model")
-        model = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed))
+        model = prepared_model(request, build_model(request.model_config, DTYPES[request.precision], request.seed,
+                                                    attention=hf_implementation(request.attention, dry_run=False)))
         results.append(measure_setting(rank, world_size, request, setting, model, generator, say))
         del model
         gc.collect()
@@ -57,6 +62,7 @@ def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting
         estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
                                     "seq_len": request.seq_len, "stage": setting.stage,
                                     "checkpointing": "full" if request.gradient_checkpointing else "none",
+                                    "attention": request.attention.value,
                                     "device": request.target_device or device})
     say("initialize")
     engine, _, _, _ = initialize(model=model, config=config)
@@ -66,13 +72,22 @@ def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting
     caching = engine.device.type != "cpu" and request.dry_run is None  # a device allocator that caches
     if caching:
         accelerator.reset_peak_memory_stats()
-    measured = profile_engine(engine, hf_train_step, batches,
-                              progress=lambda step: say(f"step {step}/{request.steps}"))
+    kernels: list[str] = []
+
+    def train_step(engine: ZeroEngine, batch: torch.Tensor) -> None:  # profile's hf_train_step, reading the kernel
+        loss = engine(input_ids=batch, labels=batch).loss
+        if not kernels:
+            kernels.extend(kernels_in_graph(loss, request.attention))
+        engine.backward(loss)
+        engine.step()
+
+    measured = profile_engine(engine, train_step, batches, progress=lambda step: say(f"step {step}/{request.steps}"))
     allocator = {"ruler": measured.ruler, "locations": measured.allocator_locations,
                  "phases": measured.allocator,
                  "max_reserved": accelerator.max_memory_reserved() if caching else None}
     result = {"setting": setting.as_dict(), "device": engine.device.type, "phases": measured.ledger,
-              "estimate": estimate, "allocator": allocator}
+              "estimate": estimate, "allocator": allocator,
+              "attention": {"requested": request.attention.value, "kernels": kernels}}
     engine.destroy()
     return result
 

@@ -5,6 +5,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from zero_plugins import DEFAULT_ATTENTION, AttentionKind
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -51,6 +53,7 @@ class ProfileRequest:
     # Hugging Face's gradient checkpointing of every layer (model.gradient_checkpointing_enable()); the
     # estimate is then asked for full checkpointing.
     gradient_checkpointing: bool = False
+    attention: AttentionKind = DEFAULT_ATTENTION  # --attention: the model's attention kernel
     seed: int = 0
     timeout: float = 900.0
     notes: tuple[str, ...] = field(default=())

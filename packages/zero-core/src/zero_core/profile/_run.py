@@ -25,7 +25,7 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
         comparison = compare(setting.label, first["device"], [rank[index]["phases"] for rank in per_rank],
                              first["estimate"], first["allocator"])
         settings.append({"setting": setting.as_dict(), **comparison, "allocator": first["allocator"],
-                         "estimate_inputs": first["estimate"].get("inputs", {})})
+                         "attention": first["attention"], "estimate_inputs": first["estimate"].get("inputs", {})})
     return {
         "schema_version": SCHEMA_VERSION,
         "model": {"name": request.model_name, "config": request.model_config, "lora_rank": request.lora_rank},
@@ -34,6 +34,7 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
         "micro_batch": request.micro_batch,
         "seq_len": request.seq_len,
         "steps": request.steps,
+        "attention": request.attention.value,
         "gap_threshold": GAP_THRESHOLD,
         "ds_config": request.ds_config,
         "notes": list(request.notes),

@@ -14,7 +14,7 @@ def profile_text(report: dict[str, Any]) -> str:
     model = report["model"]
     lora = f", LoRA rank {model['lora_rank']}" if model["lora_rank"] else ""
     parts = [f"zero profile: {model['name']}{lora}, {report['precision']}, {report['nproc']} ranks, micro-batch "
-             f"{report['micro_batch']} x {report['seq_len']} tokens, {report['steps']} steps; rank 0's memory in MiB. "
+             f"{report['micro_batch']} x {report['seq_len']} tokens, {report['attention']} attention, {report['steps']} steps; rank 0's memory in MiB. "
              "It leads with the allocator's peak per phase (the ruler: what torch's allocator counts), then the "
              "ledger's part of it (tracking on), `untracked` = allocator - ledger, and zero-estimate's figure; "
              "errors are the estimate's against the allocator"]
@@ -38,7 +38,9 @@ def profile_text(report: dict[str, Any]) -> str:
 def _setting_text(setting: dict[str, Any], threshold: float) -> str:
     phases = setting["phases"]
     peak = setting["peak"]
-    lines = [f"{setting['label']} (device: {setting['device']}; ruler: {setting['ruler']})", _phase_table(phases),
+    lines = [f"{setting['label']} (device: {setting['device']}; ruler: {setting['ruler']})",
+             f"attention: {setting['attention']['requested']}, measured on {'; '.join(setting['attention']['kernels'])}",
+             _phase_table(phases),
              f"peak: measured {_mib(peak['measured']['bytes'])} at {peak['measured']['phase']}, estimated "
              f"{_mib(peak['estimated']['bytes'])} at {peak['estimated']['phase']} ({_percent(peak['error'])}"
              + ("" if peak["same_phase"] else ", a different phase") + ")"]
