@@ -44,9 +44,8 @@ def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict
         phases[phase] = {"measured": held, "estimated": expected, "measured_total": total,
                          "estimated_total": predicted, "error": _error(predicted, total),
                          "unexplained": predicted - total - explained, "allocator": at_allocator,
-                         "estimated_at_allocator": predicted_there,
-                         "allocator_error": _error(predicted_there, at_allocator["allocator"]) if at_allocator else None,
-                         "absent": None}
+                         "estimated_at_allocator": predicted_there, "absent": None,
+                         "allocator_error": _error(predicted_there, at_allocator["allocator"]) if at_allocator else None}
     # The peak phase: where the ruler was highest (the allocator's, else the ledger's device total), among the
     # phases that happened, on both sides: an estimate's peak at a phase never measured has nothing to be held to.
     ruled = "allocator" if counted else "measured_total"
