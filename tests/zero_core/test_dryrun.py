@@ -2,13 +2,15 @@
 
 The engine traced under a dry run is held to real runs in test_profile_dry_run.py; here, the pieces: what the
 fake allocator counts (each new storage once, views free, released when it dies, CUDA's 512-byte blocks), the
-seams' stand-in values, pinning modelled only for a CUDA target, and the refusals.
+seams' stand-in values, pinning modelled only for a CUDA target, torch's optimizers taking the target's kernels,
+and the refusals.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.distributed as dist
+import torch.optim.optimizer as torch_optimizer
 from zero_plugins import ZeroError
 
 from zero_core.accelerator import get_accelerator
@@ -63,6 +65,45 @@ def test_a_fake_tensor_reads_as_an_ordinary_steps_value() -> None:
         fake = torch.tensor([2.5])
         assert read_float(fake, if_fake=1.0) == 1.0 and read_int(fake, if_fake=0) == 0
         assert read_bool(torch.isnan(fake).any(), if_fake=False) is False
+
+
+def _adamw_step_temporaries(device: str, sizes: list[int], **kwargs: bool) -> tuple[int, tuple[bool, bool]]:
+    """The bytes torch's AdamW holds above its state in its second step over fake fp32 tensors of `sizes`
+    elements, on a dry run's `device`, and torch's default (fused, foreach) for them."""
+    with dry_run(rank=0, world_size=2, device=device, total_memory=1 << 30) as run:
+        params = [torch.zeros(n, device=run.accelerator.device()) for n in sizes]
+        for param in params:
+            param.grad = torch.zeros_like(param)
+        optimizer = torch.optim.AdamW(params, lr=1e-3, **kwargs)
+        optimizer.step()  # the first step makes the state
+        held = run.accelerator.memory_allocated()
+        run.accelerator.reset_peak_memory_stats()
+        optimizer.step()
+        chosen = torch_optimizer._default_to_fused_or_foreach(params, False)
+        return run.accelerator.max_memory_allocated() - held, chosen
+
+
+def test_torchs_optimizers_take_the_kernels_of_the_target_device() -> None:
+    sizes = [1000, 3000]
+    # CUDA: torch's default for real CUDA tensors is foreach, whose sqrt(v) list holds one fp32 tensor per
+    # param at once, each in the caching allocator's blocks.
+    temporaries, chosen = _adamw_step_temporaries("cuda", sizes)
+    assert chosen == (False, True)
+    assert temporaries == sum(block_bytes(4 * n, "lazy") for n in sizes) == 16384
+    # fused, asked for, makes none (and a CUDA target accepts it, as CUDA does)
+    assert _adamw_step_temporaries("cuda", sizes, fused=True)[0] == 0
+    # an explicit foreach=False stands: tensor by tensor, sqrt(v) and the quotient of one tensor beside the
+    # previous tensor's quotient
+    single = max(block_bytes(4 * previous, "lazy") + 2 * block_bytes(4 * n, "lazy")
+                 for previous, n in zip([0, *sizes], sizes))
+    assert _adamw_step_temporaries("cuda", sizes, foreach=False)[0] == single == 28672
+    # CPU: torch's default for real CPU tensors is tensor by tensor, counted exactly
+    temporaries, chosen = _adamw_step_temporaries("cpu", sizes)
+    assert chosen == (False, False)
+    assert temporaries == max(4 * previous + 8 * n for previous, n in zip([0, *sizes], sizes)) == 28000
+    assert torch_optimizer._foreach_supported_types == [torch.Tensor, torch.nn.Parameter], "restored on exit"
+    assert torch_optimizer._get_foreach_kernels_supported_devices() == \
+        torch.utils._foreach_utils._get_foreach_kernels_supported_devices()
 
 
 def test_a_dry_run_refuses_a_joined_group_a_bad_rank_and_an_unknown_device() -> None:

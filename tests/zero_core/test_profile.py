@@ -41,15 +41,16 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 
 def test_the_json_report_follows_its_schema(profiled: tuple[dict[str, Any], str, str]) -> None:
     report, _, _ = profiled
-    assert report["schema_version"] == 3 and report["dry_run"] is None
+    assert report["schema_version"] == 4 and report["dry_run"] is None
     assert report["nproc"] == 2 and report["precision"] == "bf16" and report["seq_len"] == 32
     assert report["model"]["lora_rank"] == 4 and report["model"]["config"] == TINY
     labels = [s["label"] for s in report["settings"]]
     assert labels == ["stage 2", "stage 3, memory_efficient_linear false", "stage 3, memory_efficient_linear true"]
     for setting in report["settings"]:
         assert setting["device"] == "cpu" and len(setting["ranks"]) == 2
-        assert list(setting["phases"]) == PHASES
+        assert list(setting["phases"]) == PHASES and setting["optimizer_kernel"] == "single-tensor"
         for phase in setting["phases"].values():
+            assert phase["absent"] is None, "2 steps at gradient_accumulation_steps 1: every phase happened"
             assert phase["measured_total"] == sum(phase["measured"].values())
             assert phase["estimated_total"] == sum(phase["estimated"].values())
             explained = sum(g["difference"] for g in setting["gaps"] if phase is setting["phases"][g["phase"]])
@@ -92,7 +93,8 @@ def test_measured_memory_follows_the_engine(profiled: tuple[dict[str, Any], str,
 
 def test_the_text_report_names_each_setting_and_the_held_weights(profiled: tuple[dict[str, Any], str, str]) -> None:
     _, _, text = profiled
-    assert "stage 3, memory_efficient_linear false (device: cpu; ruler: CPU allocator count)" in text
+    assert "stage 3, memory_efficient_linear false (device: cpu; ruler: CPU allocator count; optimizer step: " \
+           "single-tensor)" in text, "torch's default on CPU tensors"
     header = next(line for line in text.splitlines() if line.startswith("phase "))
     assert header.split() == ["phase", "allocator", "ledger", "untracked", "of", "allocator", "estimated", "error"]
     assert "param.gathered.held" in text and "held weights" in text

@@ -4,7 +4,8 @@ Each case runs `zero profile` twice with the same arguments, once launching 2 re
 count is the ruler) and once with `--dry-run --device cpu` (one process, fake tensors, the fake allocator is the
 ruler), and holds every phase's allocator peak of every setting to 2%: stages 0 to 3, full and LoRA,
 `offload_optimizer: cpu`, activation checkpointing. Then what a dry run adds: its JSON field, a CUDA target
-(512-byte blocks), ranks beyond this machine, and its refusals.
+(512-byte blocks, torch's foreach step), ranks beyond this machine, and its refusals; and a step that did not
+happen in the micro-steps run.
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_a_dry_run_has_the_real_schema_and_says_what_it_modelled(
         real_and_dry: tuple[dict[str, Any], dict[str, Any]]) -> None:
     real, dry = real_and_dry
     assert real["dry_run"] is None
-    assert set(dry) == set(real) and dry["schema_version"] == real["schema_version"] == 3
+    assert set(dry) == set(real) and dry["schema_version"] == real["schema_version"] == 4
     for measured, traced in zip(real["settings"], dry["settings"]):
         assert set(traced) == set(measured) and traced["device"] == "cpu"
         assert traced["ruler"].startswith("dry run: fake cpu storages")
@@ -106,6 +107,51 @@ def test_a_cuda_target_counts_512_byte_blocks_for_ranks_this_machine_does_not_ha
     report["dry_run"]["device_memory"] = 1 << 20  # 1 MiB: nothing fits
     assert profile_text(report).count("does not fit: the peak is") == 3
     assert "param.gathered.held" in text and "stage 3, memory_efficient_linear true: peak" in text
+
+
+def test_a_cuda_target_steps_with_foreach_and_counts_its_temporaries(tmp_path: Path) -> None:
+    (tmp_path / "fused.json").write_text(json.dumps(
+        {**CONFIGS["plain"], "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "fused": True}}}))
+    cuda, = _profile(tmp_path, ["--stages", "2", "--ds-config", "plain"], "--dry-run")["settings"]
+    cpu, = _profile(tmp_path, ["--stages", "2", "--ds-config", "plain"], "--dry-run", "--device", "cpu")["settings"]
+    fused, = _profile(tmp_path, ["--stages", "2", "--ds-config", str(tmp_path / "fused.json")], "--dry-run")["settings"]
+    assert (cuda["optimizer_kernel"], cpu["optimizer_kernel"], fused["optimizer_kernel"]) == \
+        ("foreach", "single-tensor", "fused")
+    at_cuda, at_cpu = cuda["phases"]["step"]["measured"], cpu["phases"]["step"]["measured"]
+    # foreach: sqrt(v) of every master tensor at once, each the master tensor's shape in fp32 and so its blocks
+    assert at_cuda["other"] == at_cuda["optim.master"] > 0
+    # single-tensor over stage 2's one master tensor: its sqrt(v) and the quotient
+    assert at_cpu["other"] == 2 * at_cpu["optim.master"] > 0
+    assert "other" not in fused["phases"]["step"]["measured"], "fused kernels make no parameter-sized temporaries"
+    for setting in (cuda, cpu, fused):  # the estimate steps the same way
+        step = setting["phases"]["step"]
+        assert step["estimated"].get("other", 0) == step["measured"].get("other", 0)
+        assert not [gap for gap in setting["gaps"] if gap["phase"] == "step"]
+    text = profile_text(_profile(tmp_path, ["--stages", "2", "--ds-config", "plain"], "--dry-run"))
+    assert "ruler: dry run: fake cuda storages counted as the CUDA caching allocator's 512-byte blocks; optimizer " \
+           "step: foreach)" in text
+
+
+def test_a_step_that_did_not_happen_says_so_instead_of_zero(tmp_path: Path) -> None:
+    (tmp_path / "accumulating.json").write_text(json.dumps({**CONFIGS["plain"], "gradient_accumulation_steps": 16}))
+    done = run_zero("profile", "--model", "pythia-tiny", "--seq-len", "64", "--steps", "1", "--micro-batch", "2",
+                    "--stages", "2", "--ds-config", str(tmp_path / "accumulating.json"), "--dry-run", "--device",
+                    "cpu", "--json", "--html", str(tmp_path / "report.html"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    setting, = report["settings"]
+    reason = "no optimizer step in 1 micro-step at gradient_accumulation_steps 16"
+    step = setting["phases"]["step"]
+    assert step["absent"] == reason and [setting["phases"][p]["absent"] for p in PHASES[:3]] == [None] * 3
+    assert step["measured"] is step["allocator"] is step["measured_total"] is step["allocator_error"] is None
+    assert step["estimated_at_allocator"] > 0, "the estimate of the step stands alone"
+    assert setting["peak"]["measured"]["phase"] == setting["peak"]["estimated"]["phase"] == "backward"
+    assert "step" not in setting["host"] and not [gap for gap in setting["gaps"] if gap["phase"] == "step"]
+    text = profile_text(report)
+    assert f"step: not measured: {reason}" in text and "peak: measured" in text
+    step_row, = [line for line in text.splitlines() if line.startswith("step  ")]
+    assert step_row.split()[:6] == ["step", "-", "-", "-", "n/a", f"{step['estimated_at_allocator'] / 2**20:.2f}"]
+    assert f"step not measured: {reason}" in (tmp_path / "report.html").read_text()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -34,6 +34,11 @@ MAPPINGS = [
     ({"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}, {"optimizer": "sgd"}, {}),
     ({"optimizer": {"type": "SGD", "params": {"momentum": 0.9}}}, {"optimizer": "sgd-momentum"}, {}),
     ({"optimizer": {"type": "Adafactor"}}, {"optimizer": "adafactor"}, {}),
+    # the kernels torch is asked for: a false fused or foreach with the other unset is its single-tensor step
+    ({"optimizer": {"type": "AdamW", "params": {"fused": True}}}, {"optimizer_impl": "fused"}, {}),
+    ({"optimizer": {"type": "AdamW", "params": {"foreach": True}}}, {"optimizer_impl": "foreach"}, {}),
+    ({"optimizer": {"type": "AdamW", "params": {"foreach": False}}}, {"optimizer_impl": "single-tensor"}, {}),
+    ({"optimizer": {"type": "AdamW", "params": {"fused": False}}}, {"optimizer_impl": "single-tensor"}, {}),
     ({"zero_optimization": {"stage": 2}}, {}, {"stage": 2}),
     ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}, {}, {"stage": 2,
                                                                                        "offload_optimizer": "cpu"}),

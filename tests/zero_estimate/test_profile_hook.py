@@ -53,6 +53,17 @@ def test_the_answer_is_the_estimate_of_the_module_with_the_config():
     assert result["activation_checkpointing"]["checkpointing"] == "full"
 
 
+@pytest.mark.parametrize(("device", "params", "impl"), [
+    ("cpu", {}, "single-tensor"),  # torch's default on a CPU device
+    ("cuda", {}, "foreach"),  # and on a GPU
+    ("cpu", {"foreach": True}, "foreach"),  # the config's choice stands on either
+    ("cuda", {"fused": True}, "fused"),
+])
+def test_the_optimizer_steps_as_torch_would_on_the_device(device, params, impl):
+    ds = {**DS, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, **params}}}
+    assert zero_estimate_memory(_request(_model(), ds_config=ds, device=device))["inputs"]["optimizer_impl"] == impl
+
+
 def test_model_states_follow_requires_grad():
     full = zero_estimate_memory(_request(_model()))
     frozen_names = ("gpt_neox.embed_in", "gpt_neox.layers.0")

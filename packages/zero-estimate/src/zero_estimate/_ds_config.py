@@ -111,10 +111,25 @@ def _training(config: ZeroConfig, checkpointing: str, seq_len: int | None) -> Tr
         fields["micro_batch"] = config.train_micro_batch_size_per_gpu
     if config.gradient_accumulation_steps is not None:
         fields["grad_accum"] = config.gradient_accumulation_steps
+    impl = optimizer_impl(config.optimizer.params) if config.optimizer is not None else None
+    if impl is not None:
+        fields["optimizer_impl"] = impl
     try:
         return Training(**fields)
     except EstimateError as error:
         raise _keyed(error, lambda field: _TRAINING_KEYS.get(field, field)) from None
+
+
+def optimizer_impl(params: Mapping[str, Any]) -> str | None:
+    """The kernels an optimizer block's params ask torch for; None where they leave torch to choose (a false
+    `fused` or `foreach` with the other unset is torch's single-tensor step, as its optimizers read them)."""
+    if params.get("fused") is True:
+        return "fused"
+    if params.get("foreach") is True:
+        return "foreach"
+    if params.get("fused") is False or params.get("foreach") is False:
+        return "single-tensor"
+    return None
 
 
 def _optimizer(config: ZeroConfig) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from zero_plugins.ds_config import IgnoredConfigKeysWarning
 
 from . import _checks
-from ._ds_config import settings_from_ds_config, with_stage
+from ._ds_config import optimizer_impl, settings_from_ds_config, with_stage
 from ._errors import EstimateError
 from ._estimate import estimate
 from ._settings import ATTENTION, Cluster
@@ -46,7 +46,17 @@ def estimate_memory(request: Mapping[str, Any]) -> dict[str, Any]:
     training = replace(training, attention=_checks.choice(request.get("attention", training.attention), "attention",
                                                           ATTENTION))
     zero = with_stage(zero, request["stage"])
-    # torch steps tensor by tensor on a CPU device and with foreach kernels on a GPU (its defaults).
+    # torch steps tensor by tensor on a CPU device and with foreach kernels on a GPU (its defaults), unless the
+    # optimizer block names the kernels (settings_from_ds_config has read them).
     if request.get("device") == "cpu":  # gloo: its collectives copy their buffers
-        training = replace(training, optimizer_impl="single-tensor", staged_collectives=True)
+        training = replace(training, staged_collectives=True)
+        if optimizer_impl(_optimizer_params(request["ds_config"])) is None:
+            training = replace(training, optimizer_impl="single-tensor")
     return estimate(from_module(request["module"]), Cluster(gpus_per_node=world_size), training, zero).as_dict()
+
+
+def _optimizer_params(ds_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The optimizer block's params (settings_from_ds_config has checked the config)."""
+    block = ds_config.get("optimizer") or {}
+    params = block.get("params") or {}
+    return params if isinstance(params, Mapping) else {}

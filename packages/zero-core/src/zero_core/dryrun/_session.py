@@ -2,7 +2,8 @@
 
 Inside it, torch.distributed is joined through torch's fake process group (every collective completes at once
 and moves no data), FakeTensorMode makes every tensor created a fake one, the fake allocator counts their
-storages, and the accelerator is the dry run's, for the target device. The engine's code runs unchanged.
+storages, the accelerator is the dry run's, for the target device, and torch's optimizers take the kernels they
+would take there (_optimizer_kernels.py). The engine's code runs unchanged.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..memory import count_fake_tensors
 from ._accelerator import DryRunAccelerator
 from ._allocator import FakeAllocator
 from ._attention import register_cuda_attention
+from ._optimizer_kernels import target_optimizer_kernels
 from ._rng_module import register_rng_module
 
 
@@ -51,8 +53,8 @@ def dry_run(*, rank: int, world_size: int, device: str, total_memory: int) -> It
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     count_fake_tensors(True)
     try:
-        with using_accelerator(accelerator, "zero_core.dryrun.dry_run"), FakeTensorMode(allow_non_fake_inputs=True), \
-                allocator:
+        with using_accelerator(accelerator, "zero_core.dryrun.dry_run"), target_optimizer_kernels(accelerator.traced), \
+                FakeTensorMode(allow_non_fake_inputs=True), allocator:
             yield DryRun(rank, world_size, accelerator, allocator)
     finally:
         count_fake_tensors(False)

@@ -16,33 +16,42 @@ GAP_THRESHOLD = 0.05  # of the measured phase total: smaller differences are lef
 
 
 def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict[str, Any],
-            allocator: dict[str, Any]) -> dict[str, Any]:
+            allocator: dict[str, Any], absent: dict[str, str]) -> dict[str, Any]:
     """One setting's comparison: per phase the allocator's peak and the measured (rank 0) and estimated
-    categories on the device; `allocator` is rank 0's (see _ranks.py: ruler, locations, phases)."""
+    categories on the device; `allocator` is rank 0's (see _ranks.py: ruler, locations, phases); `absent`: rank
+    0's phases that did not happen, with the reason (_phases.py), whose measured figures are None."""
     measured = per_rank[0]
     counted = allocator["phases"] if allocator["ruler"] else {}
     covered = _covered(allocator["locations"], device, {where for phase in measured.values() for where in phase})
+    happened = [phase for phase in PHASES if phase not in absent]
     phases: dict[str, Any] = {}
     gaps: list[dict[str, Any]] = []
     for phase in PHASES:
-        held = {c: b for c, b in measured.get(phase, {}).get(device, {}).items() if c != "total"}
         expected = estimated_categories(estimate, phase)
+        predicted_there = sum(sum(estimated_categories(estimate, phase, where).values()) for where in covered)
+        if phase in absent:
+            phases[phase] = {"measured": None, "estimated": expected, "measured_total": None,
+                             "estimated_total": sum(expected.values()), "error": None, "unexplained": None,
+                             "allocator": None, "estimated_at_allocator": predicted_there, "allocator_error": None,
+                             "absent": absent[phase]}
+            continue
+        held = {c: b for c, b in measured.get(phase, {}).get(device, {}).items() if c != "total"}
         total, predicted = sum(held.values()), sum(expected.values())
         phase_gaps = _gaps(phase, held, expected, total)
         gaps.extend(phase_gaps)
         explained = sum(gap["difference"] for gap in phase_gaps)
         at_allocator = counted.get(phase)
-        predicted_there = sum(sum(estimated_categories(estimate, phase, where).values()) for where in covered)
         phases[phase] = {"measured": held, "estimated": expected, "measured_total": total,
                          "estimated_total": predicted, "error": _error(predicted, total),
                          "unexplained": predicted - total - explained, "allocator": at_allocator,
-                         "estimated_at_allocator": predicted_there,
+                         "estimated_at_allocator": predicted_there, "absent": None,
                          "allocator_error": _error(predicted_there, at_allocator["allocator"]) if at_allocator else None}
-    # The peak phase: where the ruler was highest (the allocator's, else the ledger's device total).
+    # The peak phase: where the ruler was highest (the allocator's, else the ledger's device total), among the
+    # phases that happened, on both sides: an estimate's peak at a phase never measured has nothing to be held to.
     ruled = "allocator" if counted else "measured_total"
     estimated_side = "estimated_at_allocator" if counted else "estimated_total"
-    measured_peak = max(PHASES, key=lambda p: _ruler_bytes(phases[p], ruled))
-    estimated_peak = max(PHASES, key=lambda p: phases[p][estimated_side])
+    measured_peak = max(happened, key=lambda p: _ruler_bytes(phases[p], ruled))
+    estimated_peak = max(happened, key=lambda p: phases[p][estimated_side])
     peak_bytes = _ruler_bytes(phases[measured_peak], ruled)
     return {
         "label": label,
@@ -57,7 +66,7 @@ def compare(label: str, device: str, per_rank: list[PhaseMemory], estimate: dict
         "ranks": [max((memory.get(p, {}).get(device, {}).get("total", 0) for p in PHASES), default=0)
                   for memory in per_rank],
         "host": {phase: {where: held for where, held in measured.get(phase, {}).items() if where != device}
-                 for phase in PHASES},
+                 for phase in happened},
     }
 
 

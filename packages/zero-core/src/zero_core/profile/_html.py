@@ -21,7 +21,7 @@ _BAR, _GAP, _HEIGHT, _LEFT = 34, 26, 260, 70
 
 def profile_html(report: dict[str, Any]) -> str:
     categories = sorted({category for setting in report["settings"] for phase in setting["phases"].values()
-                         for side in ("measured", "estimated") for category in phase[side]})
+                         for side in ("measured", "estimated") for category in phase[side] or {}})
     colours = {category: _PALETTE[i % len(_PALETTE)] for i, category in enumerate(categories)}
     legend = "".join(f'<span class="key"><i style="background:{colours[c]}"></i>{html.escape(c)}</span>'
                      for c in categories)
@@ -37,7 +37,7 @@ def profile_html(report: dict[str, Any]) -> str:
 
 
 def _chart_top(setting: dict[str, Any]) -> int:
-    return max(max(int(p["measured_total"]), int(p["estimated_total"]), int(p["estimated_at_allocator"]),
+    return max(max(int(p["measured_total"] or 0), int(p["estimated_total"]), int(p["estimated_at_allocator"]),
                    int(p["allocator"]["allocator"]) if p["allocator"] else 0) for p in setting["phases"].values())
 
 
@@ -49,7 +49,11 @@ def _chart(setting: dict[str, Any], colours: dict[str, str], top: int) -> str:
     for index, phase in enumerate(PHASES):
         x = _LEFT + index * (2 * _BAR + _GAP)
         for offset, side, mark in ((0, "measured", "M"), (_BAR, "estimated", "E")):
-            shapes += _stack(x + offset, phases[phase][side], top, colours, f"{phase}, {side}")
+            if phases[phase][side] is None:  # a phase that did not happen: no bar, the reason on hover
+                shapes.append(f'<text x="{x + offset + _BAR / 2 - 2}" y="{_HEIGHT + 6}" class="axis" '
+                              f'text-anchor="middle"><title>{html.escape(phases[phase]["absent"])}</title>-</text>')
+            else:
+                shapes += _stack(x + offset, phases[phase][side], top, colours, f"{phase}, {side}")
             shapes.append(f'<text x="{x + offset + _BAR / 2 - 2}" y="{_HEIGHT + 24}" class="axis" '
                           f'text-anchor="middle">{mark}</text>')
         shapes.append(f'<text x="{x + _BAR}" y="{_HEIGHT + 42}" text-anchor="middle">{phase}</text>')
@@ -61,8 +65,10 @@ def _chart(setting: dict[str, Any], colours: dict[str, str], top: int) -> str:
             shapes.append(f'<line x1="{x - 2}" x2="{x + 2 * _BAR - 2}" y1="{y:.1f}" y2="{y:.1f}" stroke="#000" '
                           f'stroke-width="2"><title>{label}</title></line>')
     peak = setting["peak"]["measured"]
+    absent = "".join(f"; {html.escape(phase)} not measured: {html.escape(phases[phase]['absent'])}"
+                     for phase in PHASES if phases[phase]["absent"])
     return (f"<h2>{html.escape(setting['label'])}</h2><p>measured peak {peak['bytes'] / MiB:.2f} MiB at "
-            f"{html.escape(peak['phase'])}</p>"
+            f"{html.escape(peak['phase'])}; optimizer step: {html.escape(setting['optimizer_kernel'])}{absent}</p>"
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{_HEIGHT + 50}" role="img">'
             + "".join(shapes) + "</svg>")
 

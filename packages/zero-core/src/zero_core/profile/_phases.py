@@ -7,7 +7,8 @@ caching allocator, or zero-pin's count of the CPU allocator) and the ledger's ca
 total was highest inside the phase, over the steps after the first. The first step creates the optimizer's
 state inside torch's `step()`, where the ledger can only file it as `other` until the step returns; from the
 second step on it is `optim.state`, held through every phase, as it will be for the rest of training. (With
-one batch, that one step is measured.)
+one batch, that one step is measured.) A phase that did not happen is absent, with the reason: no optimizer
+step in fewer micro-steps than gradient_accumulation_steps.
 """
 from __future__ import annotations
 
@@ -34,10 +35,12 @@ class ProfiledPhases:
     ruler: str | None = None  # what counted ("CPU allocator count", "CUDA caching allocator"); None: nothing
     #: the ledger's locations whose bytes the allocator counts
     allocator_locations: list[str] = field(default_factory=list)
+    #: {phase: why it did not happen} for each phase the steps never entered (absent from the figures above)
+    absent: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"ledger": self.ledger, "allocator": self.allocator, "ruler": self.ruler,
-                "allocator_locations": self.allocator_locations}
+                "allocator_locations": self.allocator_locations, "absent": self.absent}
 
 
 def hf_train_step(engine: ZeroEngine, batch: Any) -> None:
@@ -62,18 +65,30 @@ def profile_engine(engine: ZeroEngine, train_step: Callable[[ZeroEngine, Any], o
     phases: PhaseMemory = {"init": ledger.snapshot()}
     init = ledger.allocator_now()
     ledger.reset_phase_peaks()
+    micro_steps = 0
     try:
         for step, batch in enumerate(batches, start=1):
             if step == 2:
                 ledger.reset_phase_peaks()  # see the module's docstring: the first step creates the state
             train_step(engine, batch)
+            micro_steps = step
             if progress is not None:
                 progress(step)
     finally:
         engine.track_memory(was_tracking)
     for phase, locations in ledger.phase_peaks().items():
         phases[phase] = locations
+    absent = {phase: absence(phase, micro_steps, engine.gradient_accumulation_steps())
+              for phase in PHASES if phase not in phases}
     figures = ledger.allocator_figures()
     if figures is None or init is None:
-        return ProfiledPhases(phases)
-    return ProfiledPhases(phases, {"init": init, **figures["phases"]}, figures["ruler"], figures["locations"])
+        return ProfiledPhases(phases, absent=absent)
+    return ProfiledPhases(phases, {"init": init, **figures["phases"]}, figures["ruler"], figures["locations"], absent)
+
+
+def absence(phase: str, micro_steps: int, accumulation: int) -> str:
+    """Why `phase` did not happen in `micro_steps` micro-steps: the optimizer steps once every `accumulation`."""
+    counted = f"{micro_steps} micro-step{'' if micro_steps == 1 else 's'}"
+    if phase == "step":
+        return f"no optimizer step in {counted} at gradient_accumulation_steps {accumulation}"
+    return f"no {phase} in {counted}"

@@ -12,6 +12,7 @@ from ._attention import hf_implementation, kernels_in_graph
 from ._estimator import estimate_memory
 from ._lora import apply_lora
 from ._models import build_model
+from ._optimizer_kernel import optimizer_kernel
 from ._phases import profile_engine
 from ._request import ProfileRequest, Setting
 
@@ -86,7 +87,8 @@ def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting
                  "phases": measured.allocator,
                  "max_reserved": accelerator.max_memory_reserved() if caching else None}
     result = {"setting": setting.as_dict(), "device": engine.device.type, "phases": measured.ledger,
-              "estimate": estimate, "allocator": allocator,
+              "estimate": estimate, "allocator": allocator, "absent": measured.absent,
+              "optimizer_kernel": optimizer_kernel(engine.optimizer.optimizer),
               "attention": {"requested": request.attention.value, "kernels": kernels}}
     engine.destroy()
     return result

@@ -9,8 +9,9 @@ from ._dry import MODELLED, run_dry_ranks
 from ._ranks import profile_rank
 from ._request import ProfileRequest
 
-# 2: the allocator is the ruler (phases[].allocator, allocator_error; setting.ruler); 3: dry_run
-SCHEMA_VERSION = 3
+# 2: the allocator is the ruler (phases[].allocator, allocator_error; setting.ruler); 3: dry_run; 4: a phase that
+# did not happen has null measured figures and its reason (phases[].absent); setting.optimizer_kernel
+SCHEMA_VERSION = 4
 
 
 def run_profile(request: ProfileRequest) -> dict[str, Any]:
@@ -23,9 +24,10 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
     for index, setting in enumerate(request.settings):
         first = per_rank[0][index]
         comparison = compare(setting.label, first["device"], [rank[index]["phases"] for rank in per_rank],
-                             first["estimate"], first["allocator"])
+                             first["estimate"], first["allocator"], first["absent"])
         settings.append({"setting": setting.as_dict(), **comparison, "allocator": first["allocator"],
-                         "attention": first["attention"], "estimate_inputs": first["estimate"].get("inputs", {})})
+                         "optimizer_kernel": first["optimizer_kernel"], "attention": first["attention"],
+                         "estimate_inputs": first["estimate"].get("inputs", {})})
     return {
         "schema_version": SCHEMA_VERSION,
         "model": {"name": request.model_name, "config": request.model_config, "lora_rank": request.lora_rank},

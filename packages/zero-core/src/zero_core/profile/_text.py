@@ -38,10 +38,12 @@ def profile_text(report: dict[str, Any]) -> str:
 def _setting_text(setting: dict[str, Any], threshold: float) -> str:
     phases = setting["phases"]
     peak = setting["peak"]
-    lines = [f"{setting['label']} (device: {setting['device']}; ruler: {setting['ruler']})",
+    lines = [f"{setting['label']} (device: {setting['device']}; ruler: {setting['ruler']}; optimizer step: "
+             f"{setting['optimizer_kernel']})",
              f"attention: {setting['attention']['requested']}, measured on {'; '.join(setting['attention']['kernels'])}",
-             _phase_table(phases),
-             f"peak: measured {_mib(peak['measured']['bytes'])} at {peak['measured']['phase']}, estimated "
+             _phase_table(phases)]
+    lines += [f"{phase}: not measured: {phases[phase]['absent']}" for phase in PHASES if phases[phase]["absent"]]
+    lines += [f"peak: measured {_mib(peak['measured']['bytes'])} at {peak['measured']['phase']}, estimated "
              f"{_mib(peak['estimated']['bytes'])} at {peak['estimated']['phase']} ({_percent(peak['error'])}"
              + ("" if peak["same_phase"] else ", a different phase") + ")"]
     at = peak["measured"]["phase"]
@@ -67,6 +69,7 @@ def _setting_text(setting: dict[str, Any], threshold: float) -> str:
 
 
 def _phase_table(phases: dict[str, Any]) -> str:
+    # A phase that did not happen shows "-" where a measurement would be, and its estimate alone.
     if all(phases[phase]["allocator"] is None for phase in PHASES):  # nothing counted: the ledger leads
         rows: list[tuple[str, ...]] = [(phase, _mib(phases[phase]["measured_total"]),
                                         _mib(phases[phase]["estimated_total"]), _percent(phases[phase]["error"]))
@@ -74,7 +77,7 @@ def _phase_table(phases: dict[str, Any]) -> str:
         return format_table(["phase", "ledger", "estimated", "error"], rows)
     rows = []
     for phase in PHASES:
-        counted = phases[phase]["allocator"] or {"allocator": 0, "ledger": 0, "untracked": 0}
+        counted = phases[phase]["allocator"] or {"allocator": None, "ledger": None, "untracked": None}
         rows.append((phase, _mib(counted["allocator"]), _mib(counted["ledger"]), _mib(counted["untracked"]),
                      _percent(counted["untracked"] / counted["allocator"] if counted["allocator"] else None),
                      _mib(phases[phase]["estimated_at_allocator"]), _percent(phases[phase]["allocator_error"])))
@@ -126,8 +129,8 @@ def _against(setting: dict[str, Any], base: dict[str, Any]) -> str:
     return f"{setting['label']}: peak {_mib(abs(difference))} MiB {side} {base['label']}'s{why}"
 
 
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / MiB:.2f}"
+def _mib(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / MiB:.2f}"
 
 
 def _percent(error: float | None) -> str:
