@@ -82,6 +82,27 @@ def test_cpu_checkpointing_with_full_checkpointing():
     assert (training.checkpointing, training.cpu_checkpointing, training.seq_len) == ("full", True, 512)
 
 
+# DeepSpeed issue #4305's block: it configures zero_core.checkpointing and turns nothing on, as in DeepSpeed.
+ISSUE_4305_BLOCK = {"partition_activations": True, "cpu_checkpointing": True, "contiguous_memory_optimization": False,
+                    "number_checkpoints": 5, "synchronize_checkpoint_boundary": False, "profile": False}
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "selective"])
+def test_the_activation_checkpointing_block_changes_nothing_unless_layers_are_checkpointed(checkpointing):
+    training, zero = settings_from_ds_config({"activation_checkpointing": ISSUE_4305_BLOCK}, 4,
+                                             checkpointing=checkpointing)
+    assert (training, zero) == settings_from_ds_config({}, 4, checkpointing=checkpointing)
+    assert not training.cpu_checkpointing
+
+
+def test_only_cpu_checkpointing_of_the_block_acts_under_full_checkpointing():
+    """partition_activations and number_checkpoints act only with model parallelism, which zero has none of."""
+    training, _ = settings_from_ds_config({"activation_checkpointing": ISSUE_4305_BLOCK}, 4, checkpointing="full")
+    cpu_only, _ = settings_from_ds_config({"activation_checkpointing": {"cpu_checkpointing": True}}, 4,
+                                          checkpointing="full")
+    assert training == cpu_only and training.cpu_checkpointing
+
+
 def test_auto_reads_as_the_key_left_out_where_the_trainer_fills_it():
     auto = {
         "train_batch_size": "auto",
@@ -161,8 +182,6 @@ def test_a_config_zero_core_refuses_is_refused_with_its_message(ds):
 # What zero-core accepts but the estimate cannot model: each one line naming the key.
 ESTIMATE_LIMITS = [
     ({"optimizer": {"type": "Lion"}}, "optimizer.type: ", "not 'Lion'; estimate with the --optimizer"),
-    ({"activation_checkpointing": {"cpu_checkpointing": True}}, "activation_checkpointing.cpu_checkpointing: ",
-     "pass full checkpointing"),
     ({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "gpu"}}},
      "zero_optimization.offload_optimizer.device: ", "choose from: none, cpu, nvme"),
     ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": False},
@@ -289,14 +308,16 @@ def test_cli_refuses_a_config_with_zero_cores_message(capsys, tmp_path, ds):
     assert (code, out, err) == (2, "", f"zero: error: {engine.value}\n")
 
 
-def test_cli_names_the_key_the_estimate_cannot_model(capsys, tmp_path):
-    path = _write(tmp_path, {"activation_checkpointing": {"cpu_checkpointing": True}})
-    code, out, err = run_main(capsys, "estimate", "--params", "1e9", "--gpus", "4", "--ds-config", path)
-    assert code == 2 and out == "" and err.count("\n") == 1
-    assert err.startswith("zero: error: activation_checkpointing.cpu_checkpointing: needs full activation checkpointing")
+def test_cli_estimates_the_block_as_no_block_without_checkpointing(capsys, tmp_path):
+    common = ["estimate", "--preset", "gpt2-xl", "--gpus", "4", "--json", "--ds-config"]
+    code, out, err = run_main(capsys, *common, _write(tmp_path, {"activation_checkpointing": ISSUE_4305_BLOCK}))
+    assert code == 0, err
+    (tmp_path / "plain").mkdir()
+    code, plain, _ = run_main(capsys, *common, _write(tmp_path / "plain", {}))
+    assert json.loads(out)["estimates"] == json.loads(plain)["estimates"]
 
 
-def test_cli_full_checkpointing_flag_satisfies_cpu_checkpointing(capsys, tmp_path):
+def test_cli_full_checkpointing_flag_lets_cpu_checkpointing_act(capsys, tmp_path):
     path = _write(tmp_path, {"activation_checkpointing": {"cpu_checkpointing": True}})
     args = ["--preset", "gpt2-xl", "--ds-config", path, "--checkpointing", "full", "--json"]
     code, out, _ = run_main(capsys, "estimate", *args)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 from zero_estimate import Cluster, EstimateError, estimate, from_module, settings_from_ds_config
-from zero_estimate._plugin import zero_estimate_memory
+from zero_estimate._plugin import zero_estimate_check, zero_estimate_memory
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -86,6 +86,22 @@ def test_model_states_follow_requires_grad():
 def test_the_entry_point_provides_the_hook(plugin_manager):
     impls = plugin_manager.hook.zero_estimate_memory.get_hookimpls()
     assert [impl.function for impl in impls] == [zero_estimate_memory]
+    assert [impl.function for impl in plugin_manager.hook.zero_estimate_check.get_hookimpls()] == [zero_estimate_check]
+
+
+CPU_CHECKPOINTING = {**DS, "activation_checkpointing": {"cpu_checkpointing": True, "partition_activations": True,
+                                                        "number_checkpoints": 5}}
+
+
+def test_the_activation_checkpointing_block_acts_only_through_zero_core_checkpointing():
+    model = _model()
+    via_zero = zero_estimate_memory(_request(model, ds_config=CPU_CHECKPOINTING, checkpointing="full"))
+    via_torch = zero_estimate_memory(_request(model, ds_config=CPU_CHECKPOINTING, checkpointing="full",
+                                              checkpointing_via="torch"))
+    plain = zero_estimate_memory(_request(model, checkpointing="full"))
+    assert via_zero["activation_checkpointing"]["cpu_checkpointing"] is True
+    assert via_torch == plain, "torch.utils.checkpoint never reads the block"
+    assert via_zero != plain
 
 
 @pytest.mark.parametrize(
@@ -105,6 +121,19 @@ def test_bad_requests_are_one_line_errors(changes, message):
     with pytest.raises(EstimateError) as caught:
         zero_estimate_memory(_request(_model(), **changes))
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+    if "module" not in changes:  # the check refuses the same settings without a module
+        request = _request(None, **changes)
+        del request["module"]
+        with pytest.raises(EstimateError) as checked:
+            zero_estimate_check(request)
+        assert str(checked.value) == str(caught.value)
+
+
+def test_the_check_takes_what_the_estimate_takes():
+    assert zero_estimate_check({"ds_config": DS, "world_size": 2, "seq_len": 64, "stage": 3,
+                                "checkpointing_via": "torch"}) is None
+    with pytest.raises(EstimateError, match="^checkpointing_via: unknown value 'hf'"):
+        zero_estimate_check({"ds_config": DS, "world_size": 2, "seq_len": 64, "stage": 3, "checkpointing_via": "hf"})
 
 
 def test_a_missing_key_is_named():

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         GatheredParameters as GatheredParameters,
         HeldParametersWarning as HeldParametersWarning,
         Init as Init,
+        LiveCapWarning as LiveCapWarning,
     )
 
 __getattr__, __dir__, _exports = lazy_exports(__name__, __file__)

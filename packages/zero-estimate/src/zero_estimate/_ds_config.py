@@ -60,7 +60,8 @@ def settings_from_ds_config(
     """The training loop and ZeRO settings a ds_config describes, on `world_size` data-parallel GPUs.
 
     The config says nothing of the model's activation checkpointing (DeepSpeed's block only
-    configures it), so `checkpointing` does; nor of the sequence length, so `seq_len` does.
+    configures it), so `checkpointing` does ("full": every layer through zero_core.checkpointing,
+    where the block's cpu_checkpointing acts); nor of the sequence length, so `seq_len` does.
     Keys left out, or "auto", get DeepSpeed's defaults. The one leniency beside the engine: a config
     with neither batch size (the Trainer fills them) estimates a micro-batch of 1, or --micro-batch.
     """
@@ -92,14 +93,12 @@ def _same_message(error: ConfigError) -> EstimateError:
 
 
 def _training(config: ZeroConfig, checkpointing: str, seq_len: int | None) -> Training:
+    # As in DeepSpeed, the block configures zero_core.checkpointing (deepspeed.checkpointing) and turns nothing on:
+    # its cpu_checkpointing acts on the layers checkpointed through it, which full checkpointing stands for, and
+    # leaves a model that checkpoints nothing as it is. partition_activations and number_checkpoints act only with
+    # model parallelism, which zero has none of, so they change no estimate.
     activation = config.activation_checkpointing
-    cpu_checkpointing = activation is not None and activation.cpu_checkpointing
-    if cpu_checkpointing and checkpointing != "full":
-        raise EstimateError(
-            f"needs full activation checkpointing (got checkpointing {checkpointing!r}); "
-            "pass full checkpointing (--checkpointing full) if the model checkpoints its layers, or set this false",
-            "activation_checkpointing.cpu_checkpointing",
-        )
+    cpu_checkpointing = checkpointing == "full" and activation is not None and activation.cpu_checkpointing
     fields: dict[str, Any] = {
         "precision": config.compute_dtype,
         "optimizer": _optimizer(config),

@@ -30,3 +30,11 @@ def zero_estimate_memory(request: dict[str, Any]) -> dict[str, Any]:
     from ._profile_hook import estimate_memory  # loads only when `zero profile` asks
 
     return estimate_memory(request)
+
+
+@hookimpl
+def zero_estimate_check(request: dict[str, Any]) -> None:
+    """zero-core's hookspec: refuse, before anything is traced, a setting the estimate cannot take."""
+    from ._profile_hook import check_request
+
+    check_request(request)

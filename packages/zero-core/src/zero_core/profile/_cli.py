@@ -14,6 +14,8 @@ from ._models import hidden_width, max_positions, model_config, transformers_con
 from ..accelerator import get_accelerator, host_memory_bytes
 from ._attention import check_attention
 from ._dry import traced_ranks
+from ._estimator import check_settings
+from ._precheck import initialize_each_setting
 from ._request import DryRunTarget, ProfileRequest, Setting
 from ._run import run_profile
 from ._text import profile_text
@@ -26,6 +28,12 @@ DEFAULT_DS_CONFIG: dict[str, Any] = {
 }
 
 
+# DeepSpeed reads the block into deepspeed.checkpointing and turns no checkpointing on; zero's twin is
+# zero_core.checkpointing, which the profiled Hugging Face model never calls.
+_ACTIVATION_BLOCK_NOTE = (
+    "the ds_config's activation_checkpointing block configures zero_core.checkpointing (DeepSpeed's "
+    "deepspeed.checkpointing), which the profiled model does not call: with --gradient-checkpointing its layers "
+    "are checkpointed through torch.utils.checkpoint, so the block changes no figure here, measured or estimated")
 MAX_DRY_RUN_RANKS = 65536
 DEFAULT_DEVICE_MEMORY = 80 << 30  # an 80 GB A100 or H100
 
@@ -50,6 +58,12 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     ds_config = read_config_file(Path(args.ds_config)) if args.ds_config else dict(DEFAULT_DS_CONFIG)
     base = _checked(ds_config)  # its values are read below: their types are checked first
     notes = [] if args.ds_config else ["no --ds-config: bf16, AdamW (lr 1e-4), DeepSpeed's defaults otherwise"]
+    if base.optimizer is None:  # the training script passes its own to initialize, as DeepSpeed-Chat's does
+        ds_config = {**ds_config, "optimizer": DEFAULT_DS_CONFIG["optimizer"]}
+        notes.append("the ds_config has no optimizer block (its training script passes one to initialize): "
+                     "profiled with AdamW (lr 1e-4)")
+    if base.activation_checkpointing is not None:
+        notes.append(_ACTIVATION_BLOCK_NOTE)
     nproc = _bounded(args.nproc, "--nproc", 1, MAX_DRY_RUN_RANKS if args.dry_run else 8)
     dry_run = _dry_run_target(args, base, nproc)
     given = args.micro_batch if args.micro_batch is not None else base.train_micro_batch_size_per_gpu or 1
@@ -73,6 +87,9 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     check_attention(request.attention, device, request.precision, dry_run=dry_run is not None)
     for setting in settings:  # a bad config fails here, in one line, not on every rank
         load_config(request.config_for(setting), world_size=nproc)
+    check_settings(request)  # so does a setting the estimate refuses, before any stage is traced
+    if dry_run is not None:
+        initialize_each_setting(request)  # and one initialize refuses (a real run's ranks each find it in seconds)
     transformers_config(config)  # so does a model transformers refuses, before any rank starts or anything prints
     return request
 

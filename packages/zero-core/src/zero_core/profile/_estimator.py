@@ -1,4 +1,8 @@
-"""Ask the installed memory estimator (zero-estimate, through `zero_estimate_memory`) for an estimate."""
+"""Ask the installed memory estimator (zero-estimate, through `zero_estimate_memory`) for an estimate.
+
+`check_settings` asks it first (`zero_estimate_check`) whether it takes every setting of the request,
+before any model is built or traced.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -6,8 +10,10 @@ from typing import Any
 from zero_plugins import ZeroError, plain_hookimpls, use_hookspecs
 
 from . import _hookspecs
+from ._request import ProfileRequest, Setting
 
 HOOK = "zero_estimate_memory"
+CHECK_HOOK = "zero_estimate_check"
 
 
 class NoEstimator(ZeroError, RuntimeError):
@@ -23,6 +29,22 @@ def estimate_memory(request: dict[str, Any]) -> dict[str, Any]:
             return answer
     raise NoEstimator(f"no installed plugin implements {HOOK}, so there is no estimate to compare with; "
                       "install zero-estimate (pip install zero-estimate, or -e packages/zero-estimate)")
+
+
+def estimate_request(request: ProfileRequest, setting: Setting) -> dict[str, Any]:
+    """The hooks' request for one setting, but "module" and "device" (known only where the model is built)."""
+    return {"ds_config": request.config_for(setting), "world_size": request.nproc, "seq_len": request.seq_len,
+            "stage": setting.stage, "checkpointing": "full" if request.gradient_checkpointing else "none",
+            "attention": request.attention.value,
+            "checkpointing_via": "torch"}  # prepared_model checkpoints through Hugging Face (torch.utils.checkpoint)
+
+
+def check_settings(request: ProfileRequest) -> None:
+    """Every installed estimator's refusal of a setting, raised now (an estimator without the check is asked later)."""
+    manager = use_hookspecs(_hookspecs)
+    for setting in request.settings:
+        for impl in plain_hookimpls(manager, CHECK_HOOK):
+            impl.function(request=estimate_request(request, setting))
 
 
 # Lines of the model's construction (the fp32 model or layer built before initialize returns): the profile

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._attention import hf_implementation, kernels_in_graph
-from ._estimator import estimate_memory
+from ._estimator import estimate_memory, estimate_request
 from ._lora import apply_lora
 from ._models import build_model
 from ._optimizer_kernel import optimizer_kernel
@@ -60,10 +60,7 @@ def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting
     estimate = None
     if rank == 0:
         device = accelerator.device(accelerator.current_device()).type
-        estimate = estimate_memory({"module": model, "ds_config": config, "world_size": world_size,
-                                    "seq_len": request.seq_len, "stage": setting.stage,
-                                    "checkpointing": "full" if request.gradient_checkpointing else "none",
-                                    "attention": request.attention.value,
+        estimate = estimate_memory({**estimate_request(request, setting), "module": model,
                                     "device": request.target_device or device})
     say("initialize")
     engine, _, _, _ = initialize(model=model, config=config)

@@ -10,6 +10,7 @@ from ._external import register_external_parameter
 from ._gathered import GatheredParameters
 from ._held import HeldParametersWarning
 from ._init import Init
+from ._live_cap import LiveCapWarning
 from ._passes import GatheringPasses
 from ._unit import ParamUnit, UnitState, unit_of
 
@@ -19,6 +20,7 @@ __all__ = [
     "GatheringPasses",
     "HeldParametersWarning",
     "Init",
+    "LiveCapWarning",
     "ParamUnit",
     "PassKind",
     "UnitState",

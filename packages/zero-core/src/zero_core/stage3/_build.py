@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from zero_plugins.ds_config import ConfigError
 from ..sharding import (
     BuildContext,
     FlatLayout,
@@ -52,7 +51,6 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
     place_buffers(model, context)
     group_of = {id(p): index for index, group in enumerate(param_groups) for p in group.params}
     units, group_units, group_masters = _build_units(model, group_of, context)
-    _check_live_cap(zero.stage3_max_live_parameters, [u for found in units.values() for u in found])
     groups = []
     for index, group in enumerate(param_groups):
         persistent = [p for p in group.params if unit_of(p) is None]
@@ -148,12 +146,3 @@ def _sharded_group(
     grads = GradBuckets(flat.layouts, comm.rank, context.policy, dtype, context.homes)
     return ShardedGroup(flat.layouts, flat, master, grads, dict(options))
 
-
-def _check_live_cap(max_live: int, units: list[ParamUnit]) -> None:
-    if not units:
-        return
-    largest = max(units, key=lambda u: u.numel)
-    if largest.numel > max_live:
-        raise ConfigError("zero_optimization.stage3_max_live_parameters",
-                          f"is {max_live}, below the {largest.numel} elements of {largest.name}, which must be "
-                          f"gathered whole; raise it to at least {largest.numel}")

@@ -9,8 +9,9 @@
   `stage3_prefetch_bucket_size`. A pass that departs from the record stops prefetching and
   becomes the new record (the model's control flow changed).
 - Every gathered element counts against `stage3_max_live_parameters`: prefetching never
-  exceeds it, kept units are freed to make room, and an acquisition that cannot fit even
-  then is an error naming the setting (DeepSpeed only limits prefetch with it).
+  exceeds it and kept units are freed to make room. An acquisition that cannot fit even
+  then is gathered anyway, past the cap, with one warning per unit (_live_cap.py): as in
+  DeepSpeed, the cap bounds prefetch and reuse, never the module about to run.
 - The end of a pass frees every unit, so nothing gathered outlives forward or backward.
 
 All decisions depend only on the order of acquisitions, never on timing, so every rank
@@ -23,9 +24,8 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from zero_plugins import ZeroError
-
 from ._held import HeldMemoryDetector
+from ._live_cap import LiveCapWarnings
 from ._unit import ParamUnit
 
 
@@ -53,6 +53,7 @@ class GatherCoordinator:
         self.held = held
         self.prefetch_numel = prefetch_numel
         self.max_live_numel = max_live_numel
+        self.over_cap = LiveCapWarnings(max_live_numel)
         self.max_reuse_numel = max_reuse_numel
         self.live_numel = 0  # padded elements of every gathered (or in-flight) buffer
         self.peak_live_numel = 0
@@ -195,12 +196,7 @@ class GatherCoordinator:
             while idle and self.live_numel + unit.numel > self.max_live_numel:
                 self._free(next(iter(idle)))
         if self.live_numel + unit.numel > self.max_live_numel:
-            needed = self.live_numel + unit.numel
-            raise ZeroError(
-                f"zero_optimization.stage3_max_live_parameters is {self.max_live_numel}, but {unit.name} needs "
-                f"{unit.numel} elements gathered while {self.live_numel} are in use by the modules running now; "
-                f"raise it to at least {needed}"
-            )
+            self.over_cap.beyond_cap(unit, self.live_numel)  # what is left is in use: gathered past the cap
 
     # --- bookkeeping ---
     def _gather(self, unit: ParamUnit) -> None:
