@@ -40,7 +40,15 @@ def _small(gpus: int = 1, **training: Any) -> Estimate:
 
 
 def _activations(result: Estimate, where: str = "gpu") -> int:
-    return sum(line.bytes for line in result.at(where) if line.category == "activations")
+    """The activations kept through forward and backward (not the instants' transients)."""
+    return sum(line.bytes for line in result.at(where)
+               if line.category == "activations" and line.phases == ("forward", "backward"))
+
+
+def _transients(result: Estimate, phase: str) -> dict[str, int]:
+    """The activation lines held for an instant of one phase alone, by their first words."""
+    return {line.what.split(" (")[0]: line.bytes for line in result.at("gpu")
+            if line.category == "activations" and line.phases == (phase,)}
 
 
 def test_checkpointing_math_on_a_hand_computed_model():
@@ -57,6 +65,25 @@ def test_checkpointing_math_on_a_hand_computed_model():
     assert any(line.formula == "k * (34 * s * b * h + 9 * a * s * s * b)" for line in every3.lines)
     # More layers per checkpoint than the model has: one checkpoint, the whole model rebuilt.
     assert _activations(_small(checkpointing="full", checkpoint_every=9)) == ONE_INPUT + LAYERS * FULL_LAYER
+
+
+def test_eager_attention_holds_its_softmax_transients_and_a_rebuilt_layer_its_gradients():
+    """Forward: one layer's fp32 scores while its softmax runs (4 B a score). Backward: the probabilities' and
+    the softmax input's fp32 gradients beside the fp32 probabilities, less their 16-bit cast (4 + 4 + 4 - 6 B a
+    score); a rebuilt layer holds the larger of that and its kept tensors' gradients (34sbh here)."""
+    scores = A * S * S * B
+    plain = _transients(_small(), "forward")
+    assert plain == {"one layer's scores in fp32 while its softmax runs": 4 * scores}
+    # No checkpointing: the top layer's softmax backward comes once the loss's gradients are freed (no vocabulary
+    # here: the loss's are 0 bytes).
+    assert list(_transients(_small(), "backward").values()) == [6 * scores]
+    rebuilt = _transients(_small(checkpointing="full"), "backward")
+    assert rebuilt == {"one layer's gradients as it runs backward, beside the layer rebuilt or brought back": 6 * scores}
+    assert 6 * scores > 34 * S * B * H
+    # A fused kernel: no scores, the rebuilt layer's gradients as large as what it keeps besides the core
+    fused = _transients(_small(attention="sdpa", checkpointing="full"), "backward")
+    assert list(fused.values()) == [34 * S * B * H]
+    assert _transients(_small(attention="sdpa"), "forward") == {}
 
 
 def test_cpu_checkpointing_moves_the_inputs_to_pinned_host_memory():
@@ -126,7 +153,7 @@ def test_cli_flags_and_json(capsys):
         "cpu_checkpointing": True,
         "offload_activations": False,
     }
-    lines = [line for line in data["lines"] if line["category"] == "activations"]
+    lines = [line for line in data["lines"] if line["category"] == "activations" and line["phases"] == ["forward", "backward"]]
     assert [(line["location"], line["bytes"]) for line in lines] == [
         ("host.pinned", 2 * ONE_INPUT),
         ("gpu", 2 * FULL_LAYER),

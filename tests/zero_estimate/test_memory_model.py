@@ -199,8 +199,10 @@ def test_activations_follow_korthikanti_34_sbh_plus_the_scores_eager_attention_k
     # a fused kernel (SDPA, the default, and flash) keeps an fp32 logsumexp per query and head instead
     assert _activations() == _activations(attention="flash") == 2 * (linear + 4 * 4 * S * B) + logits
     assert _activations(checkpointing="selective", attention="eager") == 2 * linear + logits
-    # full checkpointing: the inputs, and one layer rebuilt while it runs, or the loss: here the layer is larger
-    assert layer > logits and _activations(checkpointing="full", attention="eager") == 2 * (2 * S * B * 64) + layer
+    # full checkpointing: the inputs, and one layer rebuilt while it runs (with its fp32 scores while its softmax
+    # runs), or the loss: here the layer is larger
+    checkpointed = _activations(checkpointing="full", attention="eager")
+    assert layer > logits and checkpointed == 2 * (2 * S * B * 64) + layer + 4 * scores
     # fp32: 4-byte values (the 1-byte dropout masks of the paper's 34 stay 1 byte: 2 * 32 + 2), the softmax
     # (4 B), the mask and the dropped copy (1 + 4 B); no logits copy
     assert _activations(precision="fp32", attention="eager") == 2 * (66 * S * B * 64 + 9 * scores) + S * B * 100 * (4 + 4)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from zero_plugins import AttentionKind, Category
 
-from ._formula import Q
+from ._formula import Q, largest
 from ._lines import BACKWARD, FORWARD, FORWARD_BACKWARD, Lines
 from ._settings import Training
 from ._spec import TransformerShape
@@ -64,7 +64,23 @@ def activation_lines(shape: TransformerShape, training: Training, seq_len: int) 
     else:
         one_input = Q.const(training.param_bytes) * s * b * h
         _checkpointed(lines, shape, training, one_input, full_layer, attention)
-    _loss(lines, training, s * b * vocab)
+    scores = None if fused else a * s * s * b
+    if scores is not None:
+        lines.add(Category.ACTIVATIONS, "gpu", "one layer's scores in fp32 while its softmax runs (eager attention)",
+                  Q.const(4) * scores, FORWARD, instant="late")
+    # Where every layer's activations are held when backward starts, the top layer's gradients come once the
+    # loss's are freed, and its kept tensors are freed as they are used; where layers are rebuilt or brought
+    # back, beside the layer that is.
+    at_the_top = training.checkpointing == "none" and not training.offload_activations
+    _loss(lines, training, s * b * vocab, _softmax_backward(training, scores) if at_the_top and scores else None)
+    if not at_the_top:
+        layer_backward = linear_terms if scores is None else largest(linear_terms, _softmax_backward(training, scores))
+        if training.checkpointing == "selective" and scores is not None:
+            what = "one layer's attention probabilities, recomputed for its backward (selective checkpointing)"
+            lines.add(Category.ACTIVATIONS, "gpu", what, _scores(shape, training) * scores, BACKWARD, instant="late")
+        what = f"one layer's gradients as it runs backward, beside the layer rebuilt or brought back ({attention})"
+        lines.add(Category.ACTIVATIONS, "gpu", what, layer_backward, BACKWARD,
+                  instant="late")
     return lines
 
 
@@ -102,12 +118,24 @@ def _scores(shape: TransformerShape, training: Training) -> Q:
     return Q.const(kept)
 
 
-def _loss(lines: Lines, training: Training, tokens_vocab: Q) -> None:
+def _softmax_backward(training: Training, scores: Q) -> Q:
+    """Eager attention's backward, beside what it keeps: the fp32 gradient of the probabilities and the
+    softmax's fp32 input gradient beside the fp32 probabilities (their 16-bit cast is freed once the matmul
+    that kept it has run backward). A layer rebuilt from its checkpoint holds at least as much again as it
+    keeps besides (the gradients of its MLP's and attention block's tensors, made while the rebuilt ones are
+    held): the larger of the two (measured with the dry run, docs/memory-model.md)."""
+    held_beside = 4 + training.param_bytes if training.mixed else 4
+    return Q.const(4 + 4 + 4 - held_beside) * scores
+
+
+def _loss(lines: Lines, training: Training, tokens_vocab: Q, softmax_backward: Q | None) -> None:
     """The logits and the loss. Hugging Face's loss upcasts the logits to fp32 (16-bit models) and takes an
     fp32 log-softmax, the one of them it saves for backward; the logits die with the forward that made them.
     At the loss the logits, their fp32 copy and the log-softmax are held. Backward starts with the nll's
     fp32 gradient and the log-softmax's fp32 input gradient beside the saved log-softmax (the 16-bit cast of
-    that gradient comes once the nll's is freed, and is smaller)."""
+    that gradient comes once the nll's is freed, and is smaller). `softmax_backward`, where every layer's
+    activations are held then, is the top layer's eager attention backward, which comes once the loss's
+    gradients are freed: the larger of the two is held beside them."""
     word = "16-bit" if training.mixed else "fp32"
     what = f"logits ({word}), until the loss is computed"
     lines.add(Category.ACTIVATIONS, "gpu", what, training.param_bytes * tokens_vocab, FORWARD, instant="loss")
@@ -117,7 +145,12 @@ def _loss(lines: Lines, training: Training, tokens_vocab: Q) -> None:
         lines.add(Category.ACTIVATIONS, "gpu", "the loss's fp32 copy of the logits", 4 * tokens_vocab, FORWARD,
                   instant="loss")
     what = "the loss's gradients: the nll's and the log-softmax's input gradient (fp32)"
-    lines.add(Category.ACTIVATIONS, "gpu", what, 8 * tokens_vocab, BACKWARD, instant="loss")
+    if softmax_backward is None:
+        lines.add(Category.ACTIVATIONS, "gpu", what, 8 * tokens_vocab, BACKWARD, instant="loss")
+        return
+    what = f"the larger of {what} and the top layer's softmax backward (eager attention), once they are freed"
+    lines.add(Category.ACTIVATIONS, "gpu", what, largest(8 * tokens_vocab, softmax_backward), BACKWARD,
+              instant="loss")
 
 
 def _checkpointed(
@@ -131,7 +164,8 @@ def _checkpointed(
         what = "checkpointed layer inputs, one per checkpoint, in pinned host memory (cpu_checkpointing)"
     else:
         where, what = "gpu", "checkpointed layer inputs, one per checkpoint (full checkpointing)"
-    lines.add(Category.ACTIVATIONS, where, what, checkpoints * one_input, FORWARD_BACKWARD)
+    # held until its layer is rebuilt: all of them while backward rebuilds the top layer (_instants.py, "held")
+    lines.add(Category.ACTIVATIONS, where, what, checkpoints * one_input, FORWARD_BACKWARD, instant="held")
     rebuilt = min(every, shape.num_layers)
     if rebuilt == 1:
         what = f"one layer's activations, rebuilt at a time ({attention})"

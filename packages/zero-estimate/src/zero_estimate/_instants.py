@@ -17,6 +17,8 @@ leave that phase.
 Late in backward the gradient partition (stages 2-3) grows bucket by bucket and is whole only at the
 end, once no layer is rebuilt any more: the late instant is the larger of "during" (every late line but
 the partition) and "end" (the partition with the buckets, their gloo copies and the gathered params).
+Checkpointed layer inputs ("held") are freed one by one as backward rebuilds their layers: while it rebuilds
+the top layer ("during") every one of them is held beside it, at the end none is.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from zero_plugins import Category
 
 from ._lines import Line
 
-LOSS, LATE = "loss", "late"
+LOSS, LATE, HELD = "loss", "late", "held"
 # The gradient partition, whole only at the end of backward, and what is held with it then.
 _GROWING = Category.GRAD_PARTITION
 _AT_THE_END = frozenset({_GROWING, Category.GRAD_BUCKET, Category.COMM_STAGING, Category.PARAM_GATHERED})
@@ -44,14 +46,16 @@ def at_peak_instants(lines: list[Line]) -> list[Line]:
     # backward: the activations held at its start (every layer's, the loss's gradients) against the
     # gradients, buckets, working set and a rebuilt layer
     held_at_loss = _bytes(gpu, "backward", lambda line: line.category == Category.ACTIVATIONS and line.instant != LATE)
-    during = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category != _GROWING)
+    during = _bytes(gpu, "backward", lambda line: (line.instant == LATE and line.category != _GROWING)
+                    or line.instant == HELD)
     end = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category in _AT_THE_END)
     if held_at_loss >= max(during, end):
         return _drop(out, "backward", LATE, everything_activations=False)
     out = _drop(out, "backward", LOSS, everything_activations=True)
-    leaving = (lambda line: line.category == _GROWING) if during >= end else \
-        (lambda line: line.category not in _AT_THE_END)
-    return _drop_where(out, "backward", lambda line: line.instant == LATE and leaving(line))
+    if during >= end:
+        return _drop_where(out, "backward", lambda line: line.instant == LATE and line.category == _GROWING)
+    return _drop_where(out, "backward", lambda line: line.instant == HELD or
+                       (line.instant == LATE and line.category not in _AT_THE_END))
 
 
 def _bytes(lines: list[Line], phase: str, chosen: Callable[[Line], bool]) -> int:
@@ -62,7 +66,7 @@ def _drop(lines: list[Line], phase: str, instant: str, everything_activations: b
     """Take `phase` out of the device lines of `instant` (and of every device activation but the late ones,
     when the late instant of backward makes the peak: by then backward has freed them)."""
     def leaves(line: Line) -> bool:
-        freed = everything_activations and line.category == Category.ACTIVATIONS and line.instant != LATE
+        freed = everything_activations and line.category == Category.ACTIVATIONS and line.instant not in (LATE, HELD)
         return line.instant == instant or freed
 
     return _drop_where(lines, phase, leaves)

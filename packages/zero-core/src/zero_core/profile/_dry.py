@@ -98,12 +98,28 @@ def _dry_rank(rank: int, request: ProfileRequest, target: DryRunTarget,
         model = copy.deepcopy(template)
         with dry_run(rank=rank, world_size=request.nproc, device=target.device,
                      total_memory=target.total_memory) as run, forced_flash(request.attention is AttentionKind.FLASH):
-            model = model.to_empty(device=run.accelerator.device())
+            model = to_empty_keeping_ties(model, run.accelerator.device())
             result = measure_setting(rank, request.nproc, request, setting, model, generator, say)
         results.append(_named_as_target(result))
         del model
         gc.collect()
     return results
+
+
+def to_empty_keeping_ties(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """`model.to_empty(device=device)` with every parameter shared by several modules still shared (tied
+    embeddings: the LM head's weight is the input embedding's). `Module.to_empty` gives each module a new
+    parameter of its own, which would train, store and count a tied matrix twice."""
+    sharing: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                sharing.setdefault(id(param), []).append((module, name))
+    model = model.to_empty(device=device)
+    for (first, first_name), *others in (places for places in sharing.values() if len(places) > 1):
+        for module, name in others:
+            module._parameters[name] = first._parameters[first_name]
+    return model
 
 
 def _named_as_target(value: Any) -> Any:
