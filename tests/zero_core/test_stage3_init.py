@@ -149,6 +149,30 @@ def test_live_cap_below_the_running_modules_gathers_past_it_and_warns(solo_proce
     engine.destroy()
 
 
+def test_every_layer_above_the_live_cap_is_one_warning_counting_them(solo_process_group: None) -> None:
+    """DeepSpeed-Chat's 3e7 cap at 7B is below every layer: each is gathered alone, and one line says so."""
+    import warnings
+
+    import zero_core
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.Linear(64, 64, bias=False),
+                                torch.nn.Linear(64, 32, bias=False))
+    engine, _, _, _ = zero_core.initialize(model=model, config=config(stage3_max_live_parameters=1000))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            engine.backward(engine(torch.randn(2, 64)).sum())
+            engine.step()
+    warned = [str(w.message) for w in caught if issubclass(w.category, zero_core.LiveCapWarning)]
+    assert warned == ["zero stage 3: 0 has 4096 elements, more than zero_optimization.stage3_max_live_parameters "
+                      "(1000); it is gathered alone, as DeepSpeed does; so are the 2 other units larger than the cap on "
+                      "their own, up to 1 (4096 elements), without a further warning. Set "
+                      "zero_optimization.stage3_max_live_parameters to at least 4096 to keep every gathered parameter "
+                      "within it"]
+    assert engine.coordinator.peak_live_numel == 4096
+    engine.destroy()
+
+
 def test_bad_gathered_parameters_arguments(solo_process_group: None) -> None:
     import zero_core
 

@@ -10,7 +10,7 @@
   becomes the new record (the model's control flow changed).
 - Every gathered element counts against `stage3_max_live_parameters`: prefetching never
   exceeds it and kept units are freed to make room. An acquisition that cannot fit even
-  then is gathered anyway, past the cap, with one warning per unit (_live_cap.py): as in
+  then is gathered anyway, past the cap, with one warning per engine (_live_cap.py): as in
   DeepSpeed, the cap bounds prefetch and reuse, never the module about to run.
 - The end of a pass frees every unit, so nothing gathered outlives forward or backward.
 
@@ -72,6 +72,7 @@ class GatherCoordinator:
     def adopt(self, units: list[ParamUnit]) -> None:
         for unit in units:
             _owners[unit] = weakref.ref(self)
+        self.over_cap.adopt(units)
 
     def owns(self, unit: ParamUnit) -> bool:
         return owner_of(unit) is self
