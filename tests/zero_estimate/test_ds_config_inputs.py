@@ -181,7 +181,7 @@ def test_a_config_zero_core_refuses_is_refused_with_its_message(ds):
 
 # What zero-core accepts but the estimate cannot model: each one line naming the key.
 ESTIMATE_LIMITS = [
-    ({"optimizer": {"type": "Lion"}}, "optimizer.type: ", "not 'Lion'; estimate with the --optimizer"),
+    ({"optimizer": {"type": "Lion"}}, "optimizer.type: ", "not 'Lion'; estimate the optimizer whose state matches"),
     ({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "gpu"}}},
      "zero_optimization.offload_optimizer.device: ", "choose from: none, cpu, nvme"),
     ({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": False},

@@ -138,8 +138,10 @@ def _optimizer(config: ZeroConfig) -> str:
     if name.lower() not in _OPTIMIZERS:
         # zero-core builds more optimizers than the estimate models; Lion and Adagrad keep one fp32 state, as SGD
         # with momentum does.
-        raise EstimateError(f"the estimate models {', '.join(_OPTIMIZER_NAMES)}, not {name!r}; estimate with "
-                            "the --optimizer whose state matches (sgd-momentum for Lion and Adagrad)", "optimizer.type")
+        raise EstimateError(f"the estimate models {', '.join(_OPTIMIZER_NAMES)}, not {name!r}; estimate the "
+                            "optimizer whose state matches (Lion and Adagrad keep one fp32 value per element, as SGD "
+                            "with momentum: `zero estimate --optimizer sgd-momentum`, or optimizer.type SGD with "
+                            "params.momentum above 0)", "optimizer.type")
     if name.lower() == "adam" and params.get("adam_w_mode") is False:
         return "adam"
     momentum = params.get("momentum", 0)
