@@ -87,7 +87,7 @@ def predicted(model: Any, stage: int, precision: str, lever: str) -> dict[str, A
     import zero_estimate as ze
     from zero_estimate._activations import activation_lines
 
-    training = ze.Training(precision=precision, seq_len=SEQ, micro_batch=BATCH,
+    training = ze.Training(precision=precision, seq_len=SEQ, micro_batch=BATCH, attention="eager",
                            checkpointing="none" if lever in ("none", "offload") else "full",
                            cpu_checkpointing=lever == "ours+cpu", offload_activations=lever == "offload")
     spec = ze.from_module(model)
@@ -98,7 +98,7 @@ def predicted(model: Any, stage: int, precision: str, lever: str) -> dict[str, A
 
     def peak(where: str) -> int:
         return max(sum(line.bytes for line in lines
-                       if line.location == where and phase in line.phases and line.instant in ("", instant))
+                       if line.location == where and phase in line.phases and line.instant in ("", "held", instant))
                    for phase in ("forward", "backward") for instant in ("loss", "late"))
 
     return {

@@ -85,6 +85,7 @@ def _adamw_step_temporaries(device: str, sizes: list[int], **kwargs: bool) -> tu
 
 def test_torchs_optimizers_take_the_kernels_of_the_target_device() -> None:
     sizes = [1000, 3000]
+    types_before = list(torch_optimizer._foreach_supported_types)  # torch adds DTensor once it is imported
     # CUDA: torch's default for real CUDA tensors is foreach, whose sqrt(v) list holds one fp32 tensor per
     # param at once, each in the caching allocator's blocks.
     temporaries, chosen = _adamw_step_temporaries("cuda", sizes)
@@ -101,7 +102,7 @@ def test_torchs_optimizers_take_the_kernels_of_the_target_device() -> None:
     temporaries, chosen = _adamw_step_temporaries("cpu", sizes)
     assert chosen == (False, False)
     assert temporaries == max(4 * previous + 8 * n for previous, n in zip([0, *sizes], sizes)) == 28000
-    assert torch_optimizer._foreach_supported_types == [torch.Tensor, torch.nn.Parameter], "restored on exit"
+    assert torch_optimizer._foreach_supported_types == types_before, "restored on exit"
     assert torch_optimizer._get_foreach_kernels_supported_devices() == \
         torch.utils._foreach_utils._get_foreach_kernels_supported_devices()
 

@@ -19,9 +19,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from ._allocator import TARGET_OF
 
 # The module globals torch's decision reads at every call. Each torch.optim module imports the decision function
-# by name, so replacing it would take one patch per module; these three are read from torch_optimizer alone.
-_GLOBALS = ("_foreach_supported_types", "_get_foreach_kernels_supported_devices",
-            "_get_fused_kernels_supported_devices")
+# by name, so replacing it would take one patch per module; these are read from torch_optimizer alone.
+_DEVICE_LISTS = ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices")
 
 
 @contextmanager
@@ -29,16 +28,21 @@ def target_optimizer_kernels(traced: str) -> Iterator[None]:
     """For the block, torch's decision sees a fake tensor as the plain tensor it stands for, and the `traced`
     device type as the target's; restored on exit. The decision is torch's own code, so its rules (and a
     config's explicit `foreach` or `fused`) stand as they do on a real run."""
-    saved = {name: getattr(torch_optimizer, name) for name in _GLOBALS}
-    types: list[type[torch.Tensor]] = [*saved["_foreach_supported_types"], FakeTensor]
-    setattr(torch_optimizer, "_foreach_supported_types", types)
-    for name in _GLOBALS[1:]:
-        setattr(torch_optimizer, name, _with_traced(saved[name], traced))
+    # The type list is extended in place: torch appends to it too (DTensor, on import), and that must outlast us.
+    types: list[type[torch.Tensor]] = torch_optimizer._foreach_supported_types
+    added = FakeTensor not in types
+    if added:
+        types.append(FakeTensor)
+    saved = {name: getattr(torch_optimizer, name) for name in _DEVICE_LISTS}
+    for name, devices in saved.items():
+        setattr(torch_optimizer, name, _with_traced(devices, traced))
     try:
         yield
     finally:
-        for name, value in saved.items():
-            setattr(torch_optimizer, name, value)
+        for name, devices in saved.items():
+            setattr(torch_optimizer, name, devices)
+        if added:
+            types.remove(FakeTensor)
 
 
 def _with_traced(devices: Callable[[], list[str]], traced: str) -> Callable[[], list[str]]:
