@@ -29,7 +29,7 @@ def target_optimizer_kernels(traced: str) -> Iterator[None]:
     device type as the target's; restored on exit. The decision is torch's own code, so its rules (and a
     config's explicit `foreach` or `fused`) stand as they do on a real run."""
     # The type list is extended in place: torch appends to it too (DTensor, on import), and that must outlast us.
-    types: list[type[torch.Tensor]] = torch_optimizer._foreach_supported_types
+    types = torch_optimizer._foreach_supported_types
     added = FakeTensor not in types
     if added:
         types.append(FakeTensor)
