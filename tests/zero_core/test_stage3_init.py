@@ -129,18 +129,23 @@ class Outer(torch.nn.Module):
         return self.inner(x) @ self.mix
 
 
-def test_live_cap_below_the_running_modules_gathers_past_it_and_warns(solo_process_group: None) -> None:
+def _trained_under_live_cap(model: torch.nn.Module, cap: int) -> tuple[Any, list[str]]:
+    """The engine of `model` at stage3_max_live_parameters `cap` after two steps, and its LiveCapWarnings."""
     import warnings
 
     import zero_core
 
-    engine, _, _, _ = zero_core.initialize(model=Outer(), config=config(stage3_max_live_parameters=4160))
+    engine, _, _, _ = zero_core.initialize(model=model, config=config(stage3_max_live_parameters=cap))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
             engine.backward(engine(torch.randn(2, 64)).sum())
             engine.step()
-    warned = [str(w.message) for w in caught if issubclass(w.category, zero_core.LiveCapWarning)]
+    return engine, [str(w.message) for w in caught if issubclass(w.category, zero_core.LiveCapWarning)]
+
+
+def test_live_cap_below_the_running_modules_gathers_past_it_and_warns(solo_process_group: None) -> None:
+    engine, warned = _trained_under_live_cap(Outer(), 4160)
     assert warned == ["zero stage 3: inner needs 4160 elements gathered while 4096 are in use by the modules running "
                       "now, 8256 in all, more than zero_optimization.stage3_max_live_parameters (4160); it is gathered "
                       "beyond the cap, as DeepSpeed does. Set zero_optimization.stage3_max_live_parameters to at least "
@@ -151,19 +156,9 @@ def test_live_cap_below_the_running_modules_gathers_past_it_and_warns(solo_proce
 
 def test_every_layer_above_the_live_cap_is_one_warning_counting_them(solo_process_group: None) -> None:
     """DeepSpeed-Chat's 3e7 cap at 7B is below every layer: each is gathered alone, and one line says so."""
-    import warnings
-
-    import zero_core
-
     model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.Linear(64, 64, bias=False),
                                 torch.nn.Linear(64, 32, bias=False))
-    engine, _, _, _ = zero_core.initialize(model=model, config=config(stage3_max_live_parameters=1000))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(2):
-            engine.backward(engine(torch.randn(2, 64)).sum())
-            engine.step()
-    warned = [str(w.message) for w in caught if issubclass(w.category, zero_core.LiveCapWarning)]
+    engine, warned = _trained_under_live_cap(model, 1000)
     assert warned == ["zero stage 3: 0 has 4096 elements, more than zero_optimization.stage3_max_live_parameters "
                       "(1000); it is gathered alone, as DeepSpeed does; so are the 2 other units larger than the cap on "
                       "their own, up to 1 (4096 elements), without a further warning. Set "
