@@ -26,7 +26,7 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stage 3: the flag's value, or both runs (default: the config's)")
     parser.add_argument("--lora-rank", type=int, metavar="R", help="freeze the model, train LoRA adapters of rank R")
     parser.add_argument("--gradient-checkpointing", action="store_true",
-                        help="checkpoint every layer (Hugging Face's gradient_checkpointing_enable, non-reentrant)")
+                        help="checkpoint every layer (Hugging Face's activation_checkpointing_enable, non-reentrant)")
     parser.add_argument("--attention", choices=("sdpa", "flash", "eager"), default="sdpa",
                         help="the model's attention (transformers' attn_implementation): sdpa (default, as in "
                              "transformers: a fused kernel where the device has one), flash (FlashAttention-2, CUDA "

@@ -45,7 +45,10 @@ def prepared_model(request: ProfileRequest, model: torch.nn.Module) -> torch.nn.
     if request.lora_rank is not None:
         apply_lora(model, request.lora_rank)
     if request.gradient_checkpointing:
-        getattr(model, "gradient_checkpointing_enable")(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name; 4.x's is deprecated there
+            getattr(model, "activation_checkpointing_enable")(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            getattr(model, "gradient_checkpointing_enable")(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 

@@ -50,7 +50,7 @@ class ProfileRequest:
     seq_len: int
     steps: int
     lora_rank: int | None = None
-    # Hugging Face's gradient checkpointing of every layer (model.gradient_checkpointing_enable()); the
+    # Hugging Face's gradient checkpointing of every layer (model.activation_checkpointing_enable()); the
     # estimate is then asked for full checkpointing.
     gradient_checkpointing: bool = False
     attention: AttentionKind = DEFAULT_ATTENTION  # --attention: the model's attention kernel
