@@ -18,9 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from zero_plugins import ZeroError
-
-from zero_plugins import AttentionKind
+from zero_plugins import AttentionKind, ZeroError
 
 from ..dryrun import TARGET_OF, dry_run, forced_flash
 from ._attention import hf_implementation

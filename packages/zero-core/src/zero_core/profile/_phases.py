@@ -43,9 +43,12 @@ class ProfiledPhases:
                 "allocator_locations": self.allocator_locations, "absent": self.absent}
 
 
-def hf_train_step(engine: ZeroEngine, batch: Any) -> None:
-    """A causal-LM step: the batch is the input ids and the labels."""
+def hf_train_step(engine: ZeroEngine, batch: Any, on_loss: Callable[[Any], object] | None = None) -> None:
+    """A causal-LM step: the batch is the input ids and the labels; `on_loss(loss)` sees the loss before its
+    backward (zero profile reads the attention kernels from its graph)."""
     loss = engine(input_ids=batch, labels=batch).loss
+    if on_loss is not None:
+        on_loss(loss)
     engine.backward(loss)
     engine.step()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -13,11 +14,8 @@ from ._estimator import estimate_memory, estimate_request
 from ._lora import apply_lora
 from ._models import build_model
 from ._optimizer_kernel import optimizer_kernel
-from ._phases import profile_engine
+from ._phases import hf_train_step, profile_engine
 from ._request import ProfileRequest, Setting
-
-if TYPE_CHECKING:
-    from ..engine import ZeroEngine
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -75,14 +73,12 @@ def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting
         accelerator.reset_peak_memory_stats()
     kernels: list[str] = []
 
-    def train_step(engine: ZeroEngine, batch: torch.Tensor) -> None:  # profile's hf_train_step, reading the kernel
-        loss = engine(input_ids=batch, labels=batch).loss
+    def read_kernels(loss: torch.Tensor) -> None:  # the first step's graph names them
         if not kernels:
             kernels.extend(kernels_in_graph(loss, request.attention))
-        engine.backward(loss)
-        engine.step()
 
-    measured = profile_engine(engine, train_step, batches, progress=lambda step: say(f"step {step}/{request.steps}"))
+    measured = profile_engine(engine, partial(hf_train_step, on_loss=read_kernels), batches,
+                              progress=lambda step: say(f"step {step}/{request.steps}"))
     allocator = {"ruler": measured.ruler, "locations": measured.allocator_locations,
                  "phases": measured.allocator,
                  "max_reserved": accelerator.max_memory_reserved() if caching else None}
