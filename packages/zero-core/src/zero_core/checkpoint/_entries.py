@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..sharding import MasterParams, SwappedMaster, ZeroOptimizer, param_name
-from ..stage3 import unit_of
+from ..stage3 import Partition, unit_of
 from ._pieces import EntryBuilder
 from ._swapped_entries import add_swapped_master, add_swapped_unit
 
@@ -29,12 +29,17 @@ class ModelNames:
     params: dict[str, list[int]]  # fqn -> shape
     buffers: dict[str, list[int]]
     tied: dict[str, str]  # a tied parameter's other name -> the name it is saved under
+    # Partitions cast from the master, with the 16-bit values a load writes into and their parameters' fqns: the
+    # master is the weights, so these values are kept only when the checkpoint has no master for them.
+    cast: list[tuple[Partition, torch.Tensor, list[str]]]
 
 
 def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include_frozen: bool) -> ModelNames:
     """`model.<fqn>` for every parameter (tied ones once, by their first name) and `buffer.<fqn>` for every
     persistent buffer."""
     shapes: dict[str, list[int]] = {}
+    # by id(unit): its partition, the partition's 16-bit values, and the fqns of its parameters seen so far
+    shards: dict[int, tuple[Partition, torch.Tensor, list[str]]] = {}
     for name, param in module.named_parameters():
         if not include_frozen and not param.requires_grad:
             continue
@@ -51,10 +56,14 @@ def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include
             continue
         lo, hi = unit.layout.shard_range(rank)
         builder.declare(key, numel)
+        if id(unit) not in shards:  # a partition cast from the master is cast here, once: 16-bit, as it gathers
+            shards[id(unit)] = (unit.partition, unit.partition.values(), [])
+        _, shard, fqns = shards[id(unit)]
+        fqns.append(name)
         for piece in unit.layout.pieces_in(lo, hi):
             if piece.slot.param is param:
                 length = piece.stop - piece.start
-                builder.part(key, numel, piece.start, unit.shard[piece.shard_offset : piece.shard_offset + length])
+                builder.part(key, numel, piece.start, shard[piece.shard_offset : piece.shard_offset + length])
     buffers: dict[str, list[int]] = {}
     for name, buffer in module.named_buffers():
         if _persistent(module, name):
@@ -67,7 +76,8 @@ def add_model(builder: EntryBuilder, module: torch.nn.Module, rank: int, include
             tied[name] = first[id(param)]
         else:
             first[id(param)] = name
-    return ModelNames(shapes, buffers, tied)
+    cast = [entry for entry in shards.values() if entry[0].cast_from_master]
+    return ModelNames(shapes, buffers, tied, cast)
 
 
 def add_optimizer(builder: EntryBuilder, optimizer: ZeroOptimizer, sharded: bool, with_state: bool) -> None:
@@ -120,3 +130,12 @@ def _persistent(module: torch.nn.Module, name: str) -> bool:
     owner_name, _, leaf = name.rpartition(".")
     owner = module.get_submodule(owner_name) if owner_name else module
     return leaf not in owner._non_persistent_buffers_set
+
+
+def keep_loaded_casts(names: ModelNames, saved_keys: set[str]) -> None:
+    """A checkpoint without the master (an export, fp32 weights): the loaded 16-bit values become the master of
+    partitions cast from it, which would otherwise drop them."""
+    for partition, values, fqns in names.cast:
+        if any(f"master.{fqn}" not in saved_keys for fqn in fqns) and all(f"model.{fqn}" in saved_keys
+                                                                          for fqn in fqns):
+            partition.store(values)

@@ -10,7 +10,7 @@ from zero_plugins import ZeroError
 
 from ._deepspeed_resume import deepspeed_as_zero
 from ._describe import Description, check_model
-from ._entries import add_model, add_optimizer
+from ._entries import add_model, add_optimizer, keep_loaded_casts
 from ._pieces import EntryBuilder
 from ._publish import resolve_tag
 from ._training import TrainingEngine, create_optimizer_state, restore_counters, restore_optimizer, restore_rng
@@ -45,6 +45,7 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
     # The master is always loaded: it is the fp32 copy of the weights, and the next step writes it into them.
     wanted = {key: value for key, value in builder.entries(with_lazy=False).items() if key in saved_keys}
     load(wanted, storage_reader=reader)
+    keep_loaded_casts(names, saved_keys)
     for targets, write in builder.lazy_batches(saved_keys):  # state in swap files: a batch of keys at a time
         load(targets, storage_reader=reader)
         write()

@@ -15,6 +15,7 @@ import torch
 from ..accelerator import get_accelerator
 from ..comm import Collectives
 from zero_plugins.ds_config import ConfigError
+from zero_plugins.placement import plan_for_config
 from ..memory import MemoryLedger
 from ..sharding import (
     COMPUTE_DTYPES,
@@ -37,7 +38,7 @@ from ..sharding import (
 )
 from ..stage3 import build_stage3_state
 from ._engine import EngineParts, ZeroEngine
-from ._offload import open_offload_devices
+from ._offload import open_offload_devices, swap_device_names
 from ._preflight import WRAPPED_ATTRIBUTE, check_model, check_no_float64, check_ranks_agree
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ def assemble_engine(
     training_data: torch.utils.data.Dataset[Any] | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> ZeroEngine:
-    policy = policy_for(config.zero_optimization)
     accelerator = get_accelerator()
     device = accelerator.device(accelerator.current_device())
     dtype = COMPUTE_DTYPES[config.compute_dtype]
@@ -65,6 +65,8 @@ def assemble_engine(
     ledger = MemoryLedger()
     ledger.set_ruler(accelerator.allocator_ruler())  # the allocator beside the ledger, where one counts
     comm = Collectives(ledger)
+    policy = policy_for(plan_for_config(config, world_size=comm.world_size, accelerator=device.type,
+                                        swap_devices=swap_device_names(config_devices=_offload_names(config))))
     name_parameters(model)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
@@ -72,7 +74,8 @@ def assemble_engine(
     check_ranks_agree(model, config)  # before the first collective that a difference would hang
     check_no_float64(model)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
-    homes = build_homes(device, ledger, dtype, offload, sub_group_numel=config.zero_optimization.sub_group_size)
+    homes = build_homes(device, ledger, dtype, offload, policy.plan,
+                        sub_group_numel=config.zero_optimization.sub_group_size)
     order = {id(p): index for index, p in enumerate(model.parameters())}
     context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)
@@ -93,6 +96,11 @@ def assemble_engine(
                                     ledger, device, dtype, homes, loader))
     setattr(model, WRAPPED_ATTRIBUTE, True)  # until engine.destroy(): a second initialize on it is refused
     return engine
+
+
+def _offload_names(config: ZeroConfig) -> list[str]:
+    zero = config.zero_optimization
+    return [block.device for block in (zero.offload_optimizer, zero.offload_param) if block is not None]
 
 
 def _state_builder(policy: StagePolicy) -> StateBuilder:

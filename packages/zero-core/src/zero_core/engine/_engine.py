@@ -275,8 +275,8 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
     def memory_report(self) -> MemoryReport:
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""
-        setup = LeverSetup(self.policy.stage, self.world_size, optimizer_offloaded=self.policy.optimizer_state.offloaded,
-                           parameters_offloaded=self.policy.parameters.offloaded)
+        setup = LeverSetup(self.policy.stage, self.world_size, optimizer_offloaded=self.policy.optimizer_offloaded,
+                           parameters_offloaded=self.policy.parameters_offloaded)
         return self.ledger.report(pinned=pinned_stats(), setup=setup, pinning=self._pinning.per_step())
 
     def track_memory(self, enabled: bool = True) -> None:

@@ -53,7 +53,7 @@ def open_offload_devices(
 
     optimizer = parameters = None
     plans: list[tuple[OffloadDevice, OffloadPlan]] = []
-    if policy.optimizer_state.offloaded and zero.offload_optimizer is not None:
+    if policy.optimizer_offloaded and zero.offload_optimizer is not None:
         block = zero.offload_optimizer
         device = open_for(block, "zero_optimization.offload_optimizer")
         trainable = sum(p.numel() for group in param_groups for p in group.params)
@@ -64,7 +64,7 @@ def open_offload_devices(
         state = optimizer_state_tensors(kind, config.optimizer.params if config.optimizer is not None else {})
         plans.append((device, device.plan(OptimizerCopies(elements=partition, state_tensors=state, swap=swap))))
         optimizer = OpenedDevice(device, swap)
-    if policy.parameters.offloaded and zero.offload_param is not None:
+    if policy.parameters_offloaded and zero.offload_param is not None:
         param_block = zero.offload_param
         device = open_for(param_block, "zero_optimization.offload_param")
         threshold = zero.stage3_param_persistence_threshold
@@ -82,8 +82,17 @@ def open_offload_devices(
 
 
 def _keeps_files(name: str) -> bool:
-    found = offload_device_registry.registrations().get(name)
-    return found is not None and found.cls.placement is Placement.NVME
+    return bool(swap_device_names(config_devices=[name]))
+
+
+def swap_device_names(*, config_devices: list[str]) -> frozenset[str]:
+    """Which of the offload devices a config names keep copies in swap files (the plan's NVMe locations); the
+    registry is not loaded when the config names none. An unknown name is not one: opening it fails clearly."""
+    names = {name for name in config_devices if name != "none"}
+    if not names:
+        return frozenset()
+    found = offload_device_registry.registrations()
+    return frozenset(name for name in names if name in found and found[name].cls.placement is Placement.NVME)
 
 
 def _shared_run_id(comm: Collectives, accelerator: Accelerator) -> str:

@@ -8,7 +8,6 @@ stage's builder takes. Stage 3 (zero_core.stage3) builds on these; the engine
 from ._bucket import LayoutBucket, ReduceBucket, WholeGradBucket
 from ._build_optimizer import OptimizerFactory, build_optimizer
 from ._build_steps import (
-    COMPUTE_DTYPES,
     BuildContext,
     broadcast_initial_weights,
     build_dataloader,
@@ -16,6 +15,7 @@ from ._build_steps import (
     place_frozen,
     resolve_scheduler,
 )
+from ._dtypes import COMPUTE_DTYPES
 from ._flat_build import build_flat_state
 from ._flat_params import FlatParams
 from ._grads import GradBuckets
@@ -30,7 +30,7 @@ from ._optimizer import ZeroOptimizer
 from ._packed_bucket import PackedBucket, pack_buckets
 from ._param_groups import ParamGroup, frozen_params, resolve_param_groups
 from ._homes import Homes, build_homes
-from ._policy import STAGE_POLICIES, GradReduction, Residence, StagePolicy, policy_for
+from ._policy import GradReduction, StagePolicy, policy_for
 from ._reducer import GradReducer
 from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
@@ -40,7 +40,6 @@ from ._swapped_master import SwappedMaster
 
 __all__ = [
     "COMPUTE_DTYPES",
-    "STAGE_POLICIES",
     "BuildContext",
     "DeviceHome",
     "DynamicLossScaler",
@@ -63,7 +62,6 @@ __all__ = [
     "PackedBucket",
     "ParamGroup",
     "ReduceBucket",
-    "Residence",
     "ShardPiece",
     "ShardedGroup",
     "ShardedState",

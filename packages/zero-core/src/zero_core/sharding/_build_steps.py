@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from zero_plugins.ds_config import ZeroConfig
 
 
-COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-
 @dataclass(frozen=True)
 class BuildContext:
     """What a stage's builder needs: the settings, the process group, and where and in which dtype state goes."""

@@ -53,6 +53,9 @@ class FlatParams:
     def home(self, index: int) -> Home:
         return self._home
 
+    def cast_from_master(self, index: int) -> bool:
+        return False
+
     def commit(self, index: int) -> None:
         """Nothing to save: the flat buffers are memory."""
 

@@ -1,10 +1,10 @@
-"""Every copy's home, chosen once from the stage policy and the offload devices the ds_config opened.
+"""Every copy's home, as the placement plan (zero_plugins.placement) places it, at the offload devices opened.
 
 | copy | on the device | offloaded |
 |---|---|---|
-| stage 3's 16-bit partitions | `DeviceHome` | `HostHome` at `offload_param`'s device (pinned), past `max_in_cpu` in its swap space |
-| gradients as the step reads them | `DeviceHome`, compute dtype | `HostHome` at `offload_optimizer`'s device (pinned), fp32 |
-| fp32 master and optimizer state | `ViewMasters` / `DeviceMasters` | `HostMasters`, or `SwappedMasters` in its swap space |
+| stage 3's 16-bit partitions | none (cast from the master) or `DeviceHome` | `HostHome` at `offload_param`'s device (pinned), past `max_in_cpu` in its swap space |
+| gradient partitions | `DeviceHome`, fp32 at stage 3, compute dtype at stage 2 | `HostHome` at `offload_optimizer`'s device (pinned), fp32 |
+| fp32 master and optimizer state | `ViewMasters` / `InMemoryMasters` | `InMemoryMasters` in host memory, or `SwappedMasters` in its swap space |
 
 The builders, the gradient buckets, the master and the optimizer ask these homes; nothing
 else decides where a copy lives. On the CPU accelerator the same homes run with plain copies.
@@ -14,11 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from zero_plugins.placement import Copy, PlacementPlan, StepGranularity
 
 from ..memory import MemoryLedger
 from ..offload import OffloadDevice, OffloadDevices, SwapSettings, SwapSpace
+from ._dtypes import COMPUTE_DTYPES
 from ._home import DeviceHome, Home, HostHome
-from ._master_homes import DeviceMasters, HostMasters, MasterHome, SwappedMasters, ViewMasters
+from ._master_homes import InMemoryMasters, MasterHome, SwappedMasters, ViewMasters
 from ._swap_pool import SwapPool
 
 
@@ -28,8 +30,9 @@ class Homes:
     on_device: DeviceHome  # what always lives on the device: gathered parameters, whole gradients, flat buckets
     parameters: Home  # stage 3's 16-bit partitions between uses (in memory; see `partition_swap`)
     gradients: Home  # gradients as the step reads them (stages 2-3: the reduced partitions themselves)
-    gradient_dtype: torch.dtype  # of gradients at `gradients`: fp32 at an offload device, where the CPU step reads them
+    gradient_dtype: torch.dtype  # of the gradient partitions: the plan's (fp32 at stage 3 and offloaded)
     masters: MasterHome  # the fp32 master and the optimizer state
+    params_cast_from_master: bool  # stage 3 keeps no compute-dtype partition: gathers cast the master shard
     offload_devices: list[OffloadDevice] = field(default_factory=list)
     partition_space: SwapSpace | None = None  # where partitions past `max_in_cpu` go, with `offload_param: nvme`
     partition_swap: SwapSettings | None = None  # and the buffers they are read into
@@ -54,20 +57,21 @@ class Homes:
             device.close()
 
 
-def build_homes(device: torch.device, ledger: MemoryLedger, dtype: torch.dtype, offload: OffloadDevices, *,
-                sub_group_numel: int) -> Homes:
-    """Each copy's home: on the device unless `offload` opened a device for it (an optimizer in swap space
-    steps through a pool of `offload.optimizer.swap` buffers)."""
+def build_homes(device: torch.device, ledger: MemoryLedger, dtype: torch.dtype, offload: OffloadDevices,
+                plan: PlacementPlan, *, sub_group_numel: int) -> Homes:
+    """Each copy's home, as the placement plan places it, at the offload devices `offload` opened for it (an
+    optimizer in swap space steps through a pool of `offload.optimizer.swap` buffers)."""
     on_device = DeviceHome(device, ledger)
+    steps_by_sub_group = plan.step_granularity is not StepGranularity.ALL_AT_ONCE
     gradients: Home = on_device
-    masters: MasterHome = ViewMasters(on_device)
-    if dtype != torch.float32 or offload.parameters is not None:
-        masters = DeviceMasters(on_device)  # the master and the parameters it updates live apart
+    masters: MasterHome = ViewMasters(on_device, None)
+    if not plan.master_is_params:
+        masters = InMemoryMasters(on_device, sub_group_numel if steps_by_sub_group else None)
     if offload.optimizer is not None:
         optimizer = offload.optimizer.device
         gradients = HostHome(optimizer, transfers=True)
         host = HostHome(optimizer, transfers=False)
-        masters = HostMasters(host, sub_group_numel)
+        masters = InMemoryMasters(host, sub_group_numel)
         if optimizer.swap_space is not None:
             masters = SwappedMasters(host, SwapPool(optimizer.swap_space, offload.optimizer.swap), ledger)
     partitions: Home = on_device
@@ -76,5 +80,7 @@ def build_homes(device: torch.device, ledger: MemoryLedger, dtype: torch.dtype, 
         partitions = HostHome(offload.parameters.device, transfers=True)
         space, swap = offload.parameters.device.swap_space, offload.parameters.swap
     devices = [opened.device for opened in (offload.optimizer, offload.parameters) if opened is not None]
-    return Homes(device, on_device, partitions, gradients, torch.float32 if offload.optimizer is not None else dtype,
-                 masters, devices, space, swap if space is not None else None)
+    partition = plan.get(Copy.GRAD_PARTITION)
+    gradient_dtype = COMPUTE_DTYPES[partition.dtype] if partition is not None else dtype
+    return Homes(device, on_device, partitions, gradients, gradient_dtype, masters, plan.params_cast_from_master,
+                 devices, space, swap if space is not None else None)

@@ -105,6 +105,8 @@ class MasterParams:
         if self._home is None:
             return  # a view: the step updated the parameters themselves
         for index, (master, (lo, hi)) in enumerate(zip(self.tensors, self.ranges)):
+            if self._flat.cast_from_master(index):
+                continue
             self._flat.home(index).copy_from(self._flat.owned(index, lo, hi), master, self._home)
             self._flat.commit(index)
 

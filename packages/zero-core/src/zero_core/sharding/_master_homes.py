@@ -1,9 +1,11 @@
 """Where the fp32 master and the optimizer state live, and so how the step runs: chosen once per run.
 
 The step runs where the optimizer state lives. On the device the master is a view of fp32
-parameters (`ViewMasters`) or a copy (`DeviceMasters`), and the torch optimizer steps every
-group at once. At an offload device the master is a copy in host memory (`HostMasters`) or
-in swap space (`SwappedMasters`), and each master steps `sub_group_size` elements at a time.
+parameters (`ViewMasters`) or a copy (`InMemoryMasters`); at an offload device a copy in
+host memory (`InMemoryMasters`) or in swap space (`SwappedMasters`). The placement plan's
+step granularity says whether torch's optimizer steps every group in one call (stages 0-2
+on the device) or `sub_group_size` elements at a time, never across a unit (stage 3, and
+every offloaded step), which bounds its temporaries.
 The builders ask the chosen `MasterHome` for each copy and for the assembled `Master`.
 """
 from __future__ import annotations
@@ -45,41 +47,13 @@ class MasterHome(ABC):
         """Count the optimizer state in memory in the ledger (after a step, which may have made it)."""
 
 
-class DeviceMasters(MasterHome):
-    """fp32 copies on the device (16-bit compute, or parameters offloaded); torch's optimizer steps them all."""
+class InMemoryMasters(MasterHome):
+    """fp32 copies in memory at `home`: on the device (16-bit compute, or parameters offloaded), or in host
+    memory at the optimizer's offload device. With `sub_group_numel` each master tensor steps in views of at
+    most that many elements, so the optimizer's temporaries are bounded by one; without it torch's optimizer
+    steps every group in one call."""
 
-    def __init__(self, home: Home) -> None:
-        self.home = home
-
-    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
-        return fill(self.home.allocate(numel, torch.float32, Category.OPTIM_MASTER), 0)
-
-    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
-                 flat: FlatStorage) -> MasterParams | SwappedMaster:
-        return MasterParams([_in_memory(copy) for copy in copies], ranges, flat, self.home)
-
-    def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
-        optimizer.step()
-
-    def count_state(self, optimizer: torch.optim.Optimizer, ledger: MemoryLedger) -> None:
-        _count(optimizer, ledger, Placement.DEVICE)
-
-
-class ViewMasters(DeviceMasters):
-    """fp32 compute with nothing offloaded: the master is the parameters' owned elements, and no copy exists."""
-
-    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
-        return None
-
-    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
-                 flat: FlatStorage) -> MasterParams | SwappedMaster:
-        return MasterParams.view_of(flat, ranges)
-
-
-class HostMasters(MasterHome):
-    """fp32 copies in host memory at the optimizer's offload device, stepped one sub-group at a time."""
-
-    def __init__(self, home: Home, sub_group_numel: int) -> None:
+    def __init__(self, home: Home, sub_group_numel: int | None) -> None:
         self.home = home
         self.sub_group_numel = sub_group_numel
 
@@ -92,6 +66,9 @@ class HostMasters(MasterHome):
                             sub_group_numel=self.sub_group_numel)
 
     def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
+        if self.sub_group_numel is None:
+            optimizer.step()
+            return
         for index, master in enumerate(masters):
             master.step(optimizer, index)
 
@@ -99,7 +76,18 @@ class HostMasters(MasterHome):
         _count(optimizer, ledger, self.home.placement)
 
 
-class SwappedMasters(HostMasters):
+class ViewMasters(InMemoryMasters):
+    """fp32 compute with nothing offloaded: the master is the parameters' owned elements, and no copy exists."""
+
+    def copy(self, name: str, numel: int, fill: Fill) -> MasterCopy | None:
+        return None
+
+    def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
+                 flat: FlatStorage) -> MasterParams | SwappedMaster:
+        return MasterParams.view_of(flat, ranges)
+
+
+class SwappedMasters(InMemoryMasters):
     """The master and optimizer state in swap space (one slot per sub-group and tensor), streamed through
     the pool's buffers, which are host memory at `home`."""
 

@@ -1,21 +1,17 @@
-"""What each ZeRO stage shards, how it reduces gradients, and where each copy of the state lives.
+"""What each ZeRO stage shards and how it reduces gradients, with the placement plan of its copies.
 
 One frozen `StagePolicy` per stage replaces an integer stage threaded through the engine:
 the buckets, the reducer, the optimizer and the builders ask the policy a named question
 (`shards_gradients`, `grad_reduction`, ...) instead of comparing stage numbers. Where each
-copy lives (on the device, or at which offload device, pinned or not) is part of the policy,
-so offload is one more field here, read from the ds_config's `offload_param` and
-`offload_optimizer` blocks.
+copy lives is the placement plan's answer (zero_plugins.placement), built once from the
+ds_config and carried here, so that no builder decides a placement of its own.
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-
-if TYPE_CHECKING:
-    from zero_plugins.ds_config import OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
+from zero_plugins.placement import Copy, PlacementPlan
 
 
 class GradReduction(enum.Enum):
@@ -27,67 +23,34 @@ class GradReduction(enum.Enum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Residence:
-    """Where one copy lives: on the device, or at a registered offload device (its memory's
-    placement, host or NVMe, is the device's own); and whether pinning was asked for."""
-
-    offload_device: str | None = None  # the offload device's registered name ("cpu", "nvme", a plugin's)
-    pinned: bool = False
-
-    @property
-    def offloaded(self) -> bool:
-        return self.offload_device is not None
-
-
-ON_DEVICE = Residence()
-
-
-@dataclass(frozen=True, kw_only=True)
 class StagePolicy:
     stage: int
     shards_optimizer_state: bool  # each rank keeps and steps only its partition of master and optimizer state
     shards_gradients: bool  # each rank keeps only the gradient partition it steps
-    shards_parameters: bool  # each rank keeps only a partition of the 16-bit parameters between uses
+    shards_parameters: bool  # each rank keeps only a partition of the parameters between uses
     grad_reduction: GradReduction
-    parameters: Residence = ON_DEVICE  # 16-bit parameter partitions between uses
-    gradients: Residence = ON_DEVICE  # gradients as the step reads them
-    master: Residence = ON_DEVICE  # fp32 master weights
-    optimizer_state: Residence = ON_DEVICE
+    plan: PlacementPlan  # where every copy lives
 
     @property
-    def offloaded(self) -> dict[str, Residence]:
-        """The copies that do not live on the device, by name."""
-        copies = {"parameters": self.parameters, "gradients": self.gradients, "master": self.master,
-                  "optimizer_state": self.optimizer_state}
-        return {name: residence for name, residence in copies.items() if residence.offloaded}
+    def optimizer_offloaded(self) -> bool:
+        return self.plan.offloaded(Copy.OPTIMIZER_STATE) is not None
+
+    @property
+    def parameters_offloaded(self) -> bool:
+        return self.plan.offloaded(Copy.PARAM_PARTITION) is not None
 
 
-STAGE_POLICIES: dict[int, StagePolicy] = {
-    0: StagePolicy(stage=0, shards_optimizer_state=False, shards_gradients=False, shards_parameters=False,
-                   grad_reduction=GradReduction.ALL_REDUCE_AT_BOUNDARY),
-    1: StagePolicy(stage=1, shards_optimizer_state=True, shards_gradients=False, shards_parameters=False,
-                   grad_reduction=GradReduction.REDUCE_SCATTER_AT_BOUNDARY),
-    2: StagePolicy(stage=2, shards_optimizer_state=True, shards_gradients=True, shards_parameters=False,
-                   grad_reduction=GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
-    3: StagePolicy(stage=3, shards_optimizer_state=True, shards_gradients=True, shards_parameters=True,
-                   grad_reduction=GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
+# Per stage: shards the optimizer state, the gradients, the parameters; how gradients are reduced.
+_STAGES: dict[int, tuple[bool, bool, bool, GradReduction]] = {
+    0: (False, False, False, GradReduction.ALL_REDUCE_AT_BOUNDARY),
+    1: (True, False, False, GradReduction.REDUCE_SCATTER_AT_BOUNDARY),
+    2: (True, True, False, GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
+    3: (True, True, True, GradReduction.REDUCE_SCATTER_EVERY_BACKWARD),
 }
 
 
-def policy_for(zero: ZeroOptimizationConfig) -> StagePolicy:
-    """The stage's policy with the placements the offload blocks ask for."""
-    policy = STAGE_POLICIES[zero.stage]
-    optimizer = _residence(zero.offload_optimizer)
-    if optimizer.offloaded:
-        # The step runs where the optimizer state lives, so it reads gradients and master there too.
-        policy = replace(policy, gradients=optimizer, master=optimizer, optimizer_state=optimizer)
-    parameters = _residence(zero.offload_param)
-    if parameters.offloaded:
-        policy = replace(policy, parameters=parameters)
-    return policy
-
-
-def _residence(block: OffloadOptimizerConfig | OffloadParamConfig | None) -> Residence:
-    if block is None or block.device == "none":
-        return ON_DEVICE
-    return Residence(offload_device=block.device, pinned=bool(block.pin_memory))
+def policy_for(plan: PlacementPlan) -> StagePolicy:
+    """The policy of the plan's stage, carrying the plan."""
+    optimizer, gradients, parameters, reduction = _STAGES[plan.inputs.stage]
+    return StagePolicy(stage=plan.inputs.stage, shards_optimizer_state=optimizer, shards_gradients=gradients,
+                       shards_parameters=parameters, grad_reduction=reduction, plan=plan)

@@ -24,6 +24,11 @@ class FlatStorage(Protocol):
         storage that is not memory (a partition in swap space) saves them now."""
         ...
 
+    def cast_from_master(self, index: int) -> bool:
+        """Layout `index` keeps no compute-dtype copy of its owned elements: gathers cast the master, so a step's
+        write-back skips it."""
+        ...
+
     def home(self, index: int) -> Home:
         """Where layout `index`'s owned elements live (stage 3's partitions may be offloaded)."""
         ...

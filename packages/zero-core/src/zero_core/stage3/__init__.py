@@ -11,6 +11,7 @@ from ._gathered import GatheredParameters
 from ._held import HeldParametersWarning
 from ._init import Init
 from ._live_cap import LiveCapWarning
+from ._partition import Partition
 from ._passes import GatheringPasses
 from ._unit import ParamUnit, UnitState, unit_of
 
@@ -22,6 +23,7 @@ __all__ = [
     "Init",
     "LiveCapWarning",
     "ParamUnit",
+    "Partition",
     "PassKind",
     "UnitState",
     "build_stage3_state",

@@ -103,8 +103,7 @@ def _build_units(
                 master = context.homes.masters.copy(swap_name, layout.shard_numel,
                                                     partial(fill_shard, layout=layout, rank=comm.rank))
             unit = ParamUnit(label, params, comm, dtype=dtype, ledger=ledger, device=device, partitions=partitions,
-                             swap_name=swap_name)
-            unit.master = master
+                             swap_name=swap_name, master=master)
             unit_by_param.update((id(p), unit) for p in params)
             if key is not None:
                 group_units[key].append(unit)

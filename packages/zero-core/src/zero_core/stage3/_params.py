@@ -39,6 +39,11 @@ class Stage3Params:
         if index >= count:
             self.units[index - count].partition.commit()
 
+    def cast_from_master(self, index: int) -> bool:
+        """Layout `index` keeps no compute-dtype copy of its owned elements (gathers cast the master)."""
+        count = len(self.persistent_layouts)
+        return index >= count and self.units[index - count].partition.cast_from_master
+
     def home(self, index: int) -> Home:
         count = len(self.persistent_layouts)
         return self.units[index - count].partition.home if index >= count else self._on_device

@@ -32,9 +32,11 @@ class UnitState(enum.Enum):
 
 class ParamUnit:
     def __init__(self, name: str, params: Sequence[torch.nn.Parameter], comm: Collectives, *, dtype: torch.dtype,
-                 ledger: MemoryLedger, device: torch.device, partitions: Partitions, swap_name: str = "") -> None:
+                 ledger: MemoryLedger, device: torch.device, partitions: Partitions, swap_name: str = "",
+                 master: MasterCopy | None = None) -> None:
         """`params` must hold their full values now; they are read into this rank's partition (which `partitions`
-        places; in swap space it is a file named `swap_name`, unique per rank), then emptied."""
+        places; in swap space it is a file named `swap_name`, unique per rank), then emptied. `master`: the fp32
+        master of this shard, when the engine keeps one (in memory or in swap space)."""
         self.name = name
         self.layout = FlatLayout(params, comm.world_size)
         self.numel = self.layout.padded_numel
@@ -42,14 +44,14 @@ class ParamUnit:
         self.dtype = dtype
         self.ledger = ledger
         self.state = UnitState.PARTITIONED
-        # the fp32 master of this shard, when the engine keeps a copy (in memory or in swap space)
-        self.master: MasterCopy | None = None
+        self.master = master
         self.buffer: torch.Tensor | None = None
         self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
         self._work: Work | None = None
         self._device = device
         self._empty = torch.empty(0, dtype=dtype, device=device)
-        self.partition: Partition = partitions.make(name, self.layout, comm.rank, dtype, swap_name=swap_name or name)
+        self.partition: Partition = partitions.make(name, self.layout, comm.rank, dtype, swap_name=swap_name or name,
+                                                    master=master)
         for slot in self.layout.slots:
             param = slot.param
             # Attributes torch.nn.Parameter does not declare: DeepSpeed's sizes, read by zero-estimate, the Trainer
@@ -66,7 +68,7 @@ class ParamUnit:
 
     @property
     def shard(self) -> torch.Tensor:
-        """This rank's partition in memory (empty when it is in swap space)."""
+        """This rank's partition in memory (empty when it is in swap space or cast from the master)."""
         return self.partition.tensor
 
     @property
@@ -121,7 +123,7 @@ class ParamUnit:
         lo, hi = self.layout.shard_range(self.comm.rank)
         part = source[lo:hi]
         self.partition.store(part)
-        if self.master is not None:
+        if self.master is not None and not self.partition.cast_from_master:
             self.master.copy_(part.float())
 
     def read_ahead(self) -> bool:

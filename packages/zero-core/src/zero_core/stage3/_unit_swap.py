@@ -20,6 +20,8 @@ from ..sharding import Home, SwapPool, SwappedTensor
 class SwappedShard:
     """A Partition (_partition.py) in swap space."""
 
+    cast_from_master = False
+
     def __init__(self, name: str, values: torch.Tensor, pool: SwapPool, home: Home) -> None:
         self.pool = pool
         self.home = home
@@ -29,6 +31,12 @@ class SwappedShard:
         self._reading: tuple[torch.Tensor, SwapTransfer] | None = None
         self._open: torch.Tensor | None = None
         self._taken: torch.Tensor | None = None
+
+    def values(self) -> torch.Tensor:
+        """The partition read into memory (a copy: checkpoints read its slot through their own path)."""
+        values = self._take().clone()
+        self._give_back()
+        return values
 
     def read_ahead(self) -> bool:
         """Start reading into a free buffer; False when none is free (the caller stops reading ahead)."""

@@ -1,0 +1,7 @@
+"""The placement plan: one torch-free answer to where every copy of model state lives (docs/architecture.md)."""
+from ._build import build_plan, plan_for_config
+from ._kinds import Copy, Extent, Lifetime, Location, StepGranularity
+from ._plan import DTYPE_BYTES, PlacedCopy, PlacementPlan, PlanInputs
+
+__all__ = ["Copy", "DTYPE_BYTES", "Extent", "Lifetime", "Location", "PlacedCopy", "PlacementPlan", "PlanInputs",
+           "StepGranularity", "build_plan", "plan_for_config"]
