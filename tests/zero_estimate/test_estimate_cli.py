@@ -27,7 +27,8 @@ def test_json_is_the_estimate_alone_on_stdout_and_matches_the_api(capsys):
     api = estimate(from_numbers(6_900_000_000, 200_000_000), Cluster(4), Training(), ZeroSettings(stage=3))
     assert code == 0 and len(data["estimates"]) == 1
     assert data["estimates"][0]["phases"]["backward"]["gpu"] == api.total("gpu", "backward")
-    assert {line["category"] for line in data["estimates"][0]["lines"]} >= {"param.partition", "optim.state"}
+    # stage 3 in bf16 keeps no 16-bit partition: gathers cast the fp32 master
+    assert {line["category"] for line in data["estimates"][0]["lines"]} >= {"param.gathered", "optim.state"}
 
 
 def test_ds_compat_prints_deepspeeds_tables(capsys):

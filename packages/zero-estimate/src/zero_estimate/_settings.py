@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zero_plugins import DEFAULT_ATTENTION, AttentionKind
+from zero_plugins.placement import PlacementPlan, PlanInputs, build_plan
 
 from . import _checks
 from ._errors import EstimateError
@@ -183,3 +184,14 @@ class ZeroSettings:
     def label(self) -> str:
         """Offload devices as optimizer/param ("cpu/none"), for tables."""
         return f"{self.offload_optimizer}/{self.offload_param}"
+
+
+def placement_plan(zero: ZeroSettings, training: Training, cluster: Cluster) -> PlacementPlan:
+    """The engine's placement plan for these settings: the same rules decide every copy for both."""
+    state_tensors = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "adafactor": 1}[training.optimizer]
+    return build_plan(PlanInputs(
+        stage=zero.stage, compute_dtype=training.precision, world_size=cluster.world_size,
+        offload_optimizer=zero.offload_optimizer, offload_param=zero.offload_param,
+        optimizer_pin_memory=zero.pin_memory, param_pin_memory=zero.pin_memory,
+        optimizer_state_tensors=state_tensors,
+    ))

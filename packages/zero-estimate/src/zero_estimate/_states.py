@@ -11,7 +11,10 @@ the model's modules are known. The stage contracts are DESIGN.md's:
 """
 from __future__ import annotations
 
+import math
+
 from zero_plugins import Category
+from zero_plugins.placement import DTYPE_BYTES, Copy, StepGranularity
 
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
@@ -29,7 +32,7 @@ from ._partitions import (
     param_shards,
     param_shards_by_home,
 )
-from ._settings import Cluster, Training, ZeroSettings
+from ._settings import Cluster, Training, ZeroSettings, placement_plan
 from ._spec import ModelSpec
 
 # Bytes per trainable param of each optimizer's fp32 state (Adafactor's depends on shapes).
@@ -56,6 +59,7 @@ class _Context:
         # The optimizer's share of the trainable params on this GPU: all of it at stage 0.
         self.T_part = self.T if zero.stage == 0 else self.T.per(self.N)
         self.pinned = zero.pin_memory
+        self.plan = placement_plan(zero, training, cluster)
         self.notes: list[str] = []
 
 
@@ -86,7 +90,12 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     what = f"{c.word} params of <= {threshold:,} elements, whole on every GPU"
     lines.add(Category.PARAM_PERSISTENT, "gpu", what, c.b * Pp, ALWAYS)
     device = c.zero.offload_param
-    if device == "none":
+    if device == "none" and c.plan.params_cast_from_master:
+        # Gathers cast the fp32 master: only frozen params (which have none) keep a 16-bit partition.
+        Pf = Q.var("Pf", _partitioned_frozen(c, threshold))
+        what = f"{c.word} partition of the frozen params (trainable ones are gathered from the fp32 master)"
+        lines.add(Category.PARAM_PARTITION, "gpu", what, c.b * Pf.per(c.N), ALWAYS)
+    elif device == "none":
         lines.add(Category.PARAM_PARTITION, "gpu", f"{c.word} param partition", c.b * Pn.per(c.N), ALWAYS)
     else:
         shards = param_shards(c.spec, c.zero, c.world_size, Pn, c.N)
@@ -125,8 +134,12 @@ def _gradients(c: _Context, lines: Lines) -> None:
         lines.add(Category.GRAD_FULL, "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP, instant="late")
         return  # stages 0-1 reduce in place, in the whole gradients: no bucket of their own
     if c.zero.offload_optimizer == "none":
-        what = f"{c.word} grad partition (reduce-scattered during backward)"
-        lines.add(Category.GRAD_PARTITION, "gpu", what, c.b * c.T.per(c.N), BACKWARD_STEP, instant="late")
+        placed = c.plan.get(Copy.GRAD_PARTITION)
+        assert placed is not None, "the plan keeps a gradient partition from stage 2 on"
+        word = "fp32" if placed.dtype == "fp32" else c.word
+        what = f"{word} grad partition (reduce-scattered during backward)"
+        lines.add(Category.GRAD_PARTITION, "gpu", what, DTYPE_BYTES[placed.dtype] * c.T.per(c.N), BACKWARD_STEP,
+                  instant="late")
     # The transient reduce buffer holds one bucket; the engine never makes one larger than its largest bucket.
     cap = largest_bucket(c.spec, c.zero)
     bucket = smallest(Q.var("RB", c.zero.reduce_bucket_size), c.T)
@@ -169,14 +182,21 @@ def _optimizer(c: _Context, lines: Lines) -> None:
         K = Q.var("K", optimizer_shards(c.spec, c.zero, c.world_size, c.T, c.N).count)
         what, state = f"{what}, and a 4-byte step count per master tensor", state + 4 * K
     lines.add(Category.OPTIM_STATE, "gpu", what, state, AFTER_INIT)
-    if c.training.mixed:
+    if c.plan.has(Copy.STEP_GRAD):
         # The engine casts every owned gradient to fp32 before the step (all sub-groups at once).
         lines.add(Category.OPTIM_GRAD, "gpu", "fp32 copy of the grads the optimizer steps on", 4 * c.T_part, STEP)
-    tensors = master_tensor_numels(c.spec, c.zero, c.world_size) if c.training.optimizer_impl == "single-tensor" \
-        else None
-    temporaries = step_temporaries(c.training.optimizer, c.training.optimizer_impl, c.T_part, tensors)
+    sub_group = c.zero.sub_group_size if c.plan.step_granularity is StepGranularity.SUB_GROUP else None
+    tensors = master_tensor_numels(c.spec, c.zero, c.world_size)
+    temporaries = step_temporaries(c.training.optimizer, c.training.optimizer_impl, c.T_part, tensors, sub_group)
     if temporaries is not None:
         lines.add(Category.OTHER, "gpu", *temporaries, STEP)
+
+
+def _partitioned_frozen(c: _Context, threshold: int) -> int:
+    """Frozen params above the persistence threshold (all frozen params, from bare counts)."""
+    if not c.spec.modules:
+        return c.spec.total_params - c.spec.trainable_params
+    return sum(n * m.count for m in c.spec.modules for n in map(math.prod, m.frozen) if n > threshold)
 
 
 def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
