@@ -14,8 +14,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "scale_vs_fsdp2.py"
 COLUMNS = 9  # the main table's; the targets table has 5
 
 
-def _gib(cell: str) -> float:
-    """The GiB of a cell such as "0.082 (step)"."""
+def _number(cell: str) -> float:
+    """The figure of a cell such as "0.082 (step)"."""
     return float(cell.split()[0])
 
 
@@ -29,8 +29,9 @@ def test_the_tiny_preset_gives_both_peaks_and_a_row_per_variant() -> None:
             if len(cells) == COLUMNS}
     assert set(rows) == {"default", "step_in_backward"}, done.stdout
     default = rows["default"]
-    zero_peak, fsdp2_peak, ratio, zero_states = _gib(default[3]), _gib(default[4]), float(default[5]), float(default[6])
+    zero_peak, fsdp2_peak, ratio, zero_states = (_number(default[3]), _number(default[4]), float(default[5]),
+                                               _number(default[6]))
     assert zero_peak > 0 and fsdp2_peak > 0 and ratio > 0 and zero_states > 0, default
     assert float(default[8]) > 0, default  # FSDP2's model states
     opt_in = rows["step_in_backward"][3]
-    assert opt_in.startswith("n/a (refused: ") or _gib(opt_in) > 0, opt_in
+    assert opt_in.startswith("n/a (refused: ") or _number(opt_in) > 0, opt_in
