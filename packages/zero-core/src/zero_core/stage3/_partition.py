@@ -14,6 +14,7 @@ import torch
 from zero_plugins import Category
 
 from zero_plugins.ds_config import ConfigError
+from ..accelerator import Transfer
 from ..sharding import FlatLayout, Home, Homes, SwapPool, copy_owned
 from ._unit_swap import SwappedShard
 
@@ -22,9 +23,9 @@ class Partition(Protocol):
     home: Home  # where the values a step writes (`for_update`) live
     tensor: torch.Tensor  # the partition in memory (empty when it is in swap space)
 
-    def on_device(self, place: torch.Tensor) -> torch.Tensor:
+    def on_device(self, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
         """The values on the device: the partition itself, or copied into `place` (this rank's part of the
-        gathered buffer, so that the all-gather runs in place)."""
+        gathered buffer, so that the all-gather runs in place), with the copy in flight (not waited for)."""
         ...
 
     def store(self, source: torch.Tensor) -> None:
@@ -51,7 +52,7 @@ class InMemoryPartition:
         self.tensor = tensor
         self.home = home
 
-    def on_device(self, place: torch.Tensor) -> torch.Tensor:
+    def on_device(self, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
         return self.home.on_device(self.tensor, place)
 
     def store(self, source: torch.Tensor) -> None:
