@@ -63,8 +63,11 @@ class PackedBucket:
 
     def complete(self, buffer: torch.Tensor, rank: int) -> list[Transfer]:
         base = rank * self._chunk
-        return [member.grads.accumulate(member.index, buffer[base + offset : base + offset + member.layout.shard_numel])
-                for member, offset in zip(self.members, self._offsets)]
+        transfers = []
+        for member, offset in zip(self.members, self._offsets):
+            numel = member.layout.shard_numel
+            transfers.append(member.grads.accumulate(member.index, buffer[base + offset : base + offset + numel]))
+        return transfers
 
 
 def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:
