@@ -172,6 +172,7 @@ def _train(monkeypatch: pytest.MonkeyPatch, accelerator: str, device: str) -> di
         engine.step()
         losses.append(loss.item())
     state = {name: value.clone() for name, value in engine.module_state_dict().items()}
+    assert engine.coordinator is not None
     prefetched = engine.coordinator.prefetched
     engine.destroy()
     return {"losses": losses, "state": state, "hosts": hosts, "prefetched": prefetched, "log": list(LOG)}
