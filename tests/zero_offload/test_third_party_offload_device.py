@@ -2,6 +2,8 @@
 
 The plugin below is a complete device: it keeps offloaded copies in plain (unpinned) host
 memory, copies synchronously, counts the bytes it moved, and leaves the optimizer to torch.
+It is written against the interface before copies had handles: `to_host` and `to_device`
+return None, which the engine takes as copies already complete.
 The engine must place the optimizer's copies with it, train exactly as without offload, and
 show the copies under the device's placement in the ledger.
 """

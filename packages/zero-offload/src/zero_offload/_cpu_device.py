@@ -1,17 +1,16 @@
 """The `cpu` offload device: offloaded copies in host memory, pinned by the selected pin backend.
 
-Copies to and from the accelerator run on a side stream where the accelerator has streams
-(CUDA), from pinned memory, so they overlap compute; `synchronize()` joins them. On the
-CPU accelerator the copies are plain tensor copies in one memory, and the same engine code
-runs.
+Copies to and from the accelerator go through the accelerator's copy stream (on CUDA a side
+stream, from and into pinned memory), so they overlap compute; each returns its transfer in
+flight, which holds the tensors it reads until it is complete, and `synchronize()` (the
+step's boundary) joins them all. On the CPU accelerator the copies are plain tensor copies
+in one memory, complete at once, and the same engine code runs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from zero_plugins import Category
-from zero_core.accelerator import Accelerator
+from zero_core.accelerator import Accelerator, Transfer
 from zero_core.memory import Placement
 from zero_core.offload import OffloadDevice, OffloadPlan, OffloadSettings
 
@@ -23,9 +22,7 @@ class CpuOffloadDevice(OffloadDevice):
 
     def __init__(self, settings: OffloadSettings) -> None:
         super().__init__(settings)
-        device = settings.accelerator.device(settings.accelerator.current_device())
-        self._stream: torch.cuda.Stream | None = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._in_flight: list[torch.Tensor] = []  # sources of asynchronous copies, alive until synchronize()
+        self._copies = settings.accelerator.copy_stream()
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -45,27 +42,23 @@ class CpuOffloadDevice(OffloadDevice):
         pinned = pin and accelerator.is_pinned(tensor)
         return self.settings.ledger.register(tensor, category, Placement.HOST, pinned)
 
-    def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> None:
-        on_host = source.device.type == "cpu"
-        if accumulate:
-            # The sum runs on the host, so the values must have arrived: a synchronous copy.
-            host.add_(source if on_host else source.to("cpu"))
-        elif self._stream is None or on_host:
-            host.copy_(source)
-        else:
-            self._on_side_stream(source, lambda: host.copy_(source, non_blocking=True))
+    def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> Transfer:
+        def copy() -> None:
+            if not accumulate:
+                host.copy_(source, non_blocking=True)
+            elif source.device == host.device:
+                host.add_(source)
+            else:
+                # The sum runs on the device, in the copy stream's order: the host never waits for the values.
+                host.copy_(host.to(source.device, non_blocking=True).add_(source), non_blocking=True)
 
-    def to_device(self, target: torch.Tensor, host: torch.Tensor) -> None:
-        if self._stream is None or target.device.type == "cpu":
-            target.copy_(host)
-            return
-        self._on_side_stream(host, lambda: target.copy_(host, non_blocking=True))
+        return self._copies.issue(copy, keep=(source, host))
+
+    def to_device(self, target: torch.Tensor, host: torch.Tensor) -> Transfer:
+        return self._copies.issue(lambda: target.copy_(host, non_blocking=True), keep=(host,))
 
     def synchronize(self) -> None:
-        if self._stream is not None:
-            self._stream.synchronize()
-            torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
-        self._in_flight.clear()
+        self._copies.synchronize()
 
     def optimizer_class(self, name: str) -> type[torch.optim.Optimizer] | None:
         from .optim import CPUAdagrad, CPUAdam, CPULion
@@ -74,14 +67,6 @@ class CpuOffloadDevice(OffloadDevice):
             "adam": CPUAdam, "adamw": CPUAdam, "adagrad": CPUAdagrad, "lion": CPULion,
         }
         return classes.get(name)
-
-    def _on_side_stream(self, keep: torch.Tensor, copy: Callable[[], object]) -> None:
-        assert self._stream is not None
-        # The side stream must see what the compute stream wrote before it copies.
-        self._stream.wait_stream(torch.cuda.current_stream(self._stream.device))
-        with torch.cuda.stream(self._stream):
-            copy()
-        self._in_flight.append(keep)
 
 
 def _backend_pins(accelerator: Accelerator) -> bool:

@@ -1,4 +1,5 @@
 """Accelerators: the devices the engine runs on, found through the `zero_register_accelerators` hook."""
+from ._copies import COMPLETED, CopyStream, Transfer
 from ._host_memory import total_bytes as host_memory_bytes
 from ._memory_usage import pinned_stats, see_memory_usage
 from ._select import (
@@ -17,9 +18,11 @@ from ._single_device import SingleDeviceAccelerator
 from .abstract import Accelerator
 
 __all__ = [
+    "COMPLETED",
     "ENV_VAR",
     "Accelerator",
     "AcceleratorUnavailable",
+    "CopyStream",
     "Selection",
     "SingleDeviceAccelerator",
     "accelerator_registry",
@@ -31,5 +34,6 @@ __all__ = [
     "pinned_stats",
     "see_memory_usage",
     "set_accelerator",
+    "Transfer",
     "using_accelerator",
 ]

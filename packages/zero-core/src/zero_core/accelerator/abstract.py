@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 import zero_pin
 
+from ._copies import CopyStream
+
 if TYPE_CHECKING:
     from ..memory.ruler import AllocatorRuler
 
@@ -60,6 +62,11 @@ class Accelerator(abc.ABC):
 
     @abc.abstractmethod
     def manual_seed(self, seed: int) -> None: ...
+
+    def copy_stream(self) -> CopyStream:
+        """A new stream for one offload device's copies between host and device, which overlap compute where the
+        accelerator has streams. This base's copies are complete when the call that issues them returns."""
+        return CopyStream()
 
     def empty_cache(self) -> None:
         """Return cached, unused device memory to the system; an accelerator without such a cache has nothing to do."""

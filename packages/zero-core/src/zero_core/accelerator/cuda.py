@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ._cuda_copies import CudaCopyStream
 from ._rulers import CudaAllocatorRuler
 from .abstract import Accelerator
 
@@ -39,6 +40,9 @@ class CudaAccelerator(Accelerator):
 
     def manual_seed(self, seed: int) -> None:
         torch.cuda.manual_seed(seed)
+
+    def copy_stream(self) -> CudaCopyStream:
+        return CudaCopyStream(self.device(self.current_device()))
 
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()

@@ -3,16 +3,21 @@
 zero-core never imports an implementation: zero-offload registers `cpu` (and `nvme`)
 through the `zero_register_offload_devices` hook, a third party may register more, and
 the engine asks the registry for the device a ds_config names.
+
+A device's copies return the transfer in flight (zero_core.accelerator.Transfer), which only
+their consumer waits for; a device written before copies had handles returns None from
+`to_host`/`to_device`, which the engine takes as a completed transfer (`transfer_to_host`).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, final
 
 import torch
 from zero_plugins import Category
 
+from ..accelerator import COMPLETED, Transfer
 from ..memory import MemoryLedger, Placement
 from ._sizing import OffloadPlan, OptimizerCopies, ParameterCopies
 from ._swap import SwapSettings, SwapSpace
@@ -80,16 +85,30 @@ class OffloadDevice(ABC):
         pinned when the block's `pin_memory` allows (copies only the CPU step touches never are)."""
 
     @abstractmethod
-    def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> None:
-        """`host` = (or += with `accumulate`) `source`, a tensor on the accelerator, cast to host's dtype."""
+    def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> Transfer | None:
+        """Start `host` = (or += with `accumulate`) `source`, a tensor on the accelerator, cast to host's dtype;
+        the copy in flight, holding `source` until it is complete (None: complete when this returns)."""
 
     @abstractmethod
-    def to_device(self, target: torch.Tensor, host: torch.Tensor) -> None:
-        """`target` (on the accelerator) = `host`, cast to target's dtype."""
+    def to_device(self, target: torch.Tensor, host: torch.Tensor) -> Transfer | None:
+        """Start `target` (on the accelerator) = `host`, cast to target's dtype; the copy in flight, holding
+        `host` until it is complete (None: complete when this returns)."""
 
     @abstractmethod
     def synchronize(self) -> None:
-        """Wait until every copy issued so far is complete."""
+        """Block until every copy issued so far is complete (the step's boundary)."""
+
+    @final
+    def transfer_to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> Transfer:
+        """`to_host` as the engine calls it: always a transfer."""
+        transfer = self.to_host(host, source, accumulate=accumulate)
+        return COMPLETED if transfer is None else transfer
+
+    @final
+    def transfer_to_device(self, target: torch.Tensor, host: torch.Tensor) -> Transfer:
+        """`to_device` as the engine calls it: always a transfer."""
+        transfer = self.to_device(target, host)
+        return COMPLETED if transfer is None else transfer
 
     @abstractmethod
     def optimizer_class(self, name: str) -> type[torch.optim.Optimizer] | None:

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ..accelerator import Transfer
 from ._grads import GradBuckets
 from ._layout import FlatLayout, Slot
 
@@ -36,8 +37,8 @@ class ReduceBucket(Protocol):
         """[start, stop) of `rank`'s part of the buffer after the reduce-scatter."""
         ...
 
-    def complete(self, buffer: torch.Tensor, rank: int) -> None:
-        """Add this rank's reduced part of `buffer` to its gradient partition(s)."""
+    def complete(self, buffer: torch.Tensor, rank: int) -> list[Transfer]:
+        """Start adding this rank's reduced part of `buffer` to its gradient partition(s); the copies in flight."""
         ...
 
 
@@ -85,9 +86,9 @@ class LayoutBucket:
     def shard_range(self, rank: int) -> tuple[int, int]:
         return self.layout.shard_range(rank)
 
-    def complete(self, buffer: torch.Tensor, rank: int) -> None:
+    def complete(self, buffer: torch.Tensor, rank: int) -> list[Transfer]:
         lo, hi = self.layout.shard_range(rank)
-        self.grads.accumulate(self.index, buffer[lo:hi])
+        return [self.grads.accumulate(self.index, buffer[lo:hi])]
 
     def take_grad(self, index: int, param: torch.nn.Parameter) -> None:
         self.grads.take(self.index, index, param)

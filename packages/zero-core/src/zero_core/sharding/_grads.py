@@ -25,6 +25,7 @@ from typing import cast
 import torch
 from zero_plugins import Category
 
+from ..accelerator import Transfer
 from ._home import Home
 from ._homes import Homes
 from ._layout import FlatLayout
@@ -63,9 +64,10 @@ class GradBuckets:
             self._tensors[index] = tensor
         return tensor
 
-    def accumulate(self, index: int, reduced: torch.Tensor) -> None:
-        """Add this rank's reduced slice of bucket `index`'s gradient (on the device) to its partition."""
-        self._home.copy_in(self.get(index), reduced, accumulate=True)
+    def accumulate(self, index: int, reduced: torch.Tensor) -> Transfer:
+        """Start adding this rank's reduced slice of bucket `index`'s gradient (on the device) to its partition;
+        the write-back in flight holds `reduced` until it is complete (the step's boundary waits for it)."""
+        return self._home.copy_in(self.get(index), reduced, accumulate=True)
 
     def owned(self, index: int) -> torch.Tensor:
         if self.partitioned:

@@ -5,6 +5,10 @@ pick each copy's home once (see _homes.py); the unit, the master, the gradient b
 the optimizer only ask their homes, so none of them branches on where a copy lives.
 Copies in swap space are not tensors and have their own types (SwappedMaster, stage 3's
 SwappedShard); their staging buffers are host memory at the device's `HostHome`.
+
+Every copy returns its transfer in flight (zero_core.accelerator.Transfer), which only the
+consumer waits for: copies between the device and host memory overlap compute, and the
+home's `synchronize()` is for the step's boundary, never for a unit's gather or a bucket.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from abc import ABC, abstractmethod
 import torch
 from zero_plugins import Category
 
+from ..accelerator import COMPLETED, Transfer
 from ..memory import MemoryLedger, Placement
 from ..offload import OffloadDevice
 
@@ -31,24 +36,25 @@ class Home(ABC):
         """A zeroed 1-D tensor here, counted in the ledger under `category`."""
 
     @abstractmethod
-    def copy_in(self, stored: torch.Tensor, source: torch.Tensor, *, accumulate: bool = False) -> None:
+    def copy_in(self, stored: torch.Tensor, source: torch.Tensor, *, accumulate: bool = False) -> Transfer:
         """`stored` (here) = (or += with `accumulate`) `source` (anywhere), cast to stored's dtype."""
 
     @abstractmethod
-    def copy_out(self, target: torch.Tensor, stored: torch.Tensor) -> None:
+    def copy_out(self, target: torch.Tensor, stored: torch.Tensor) -> Transfer:
         """`target` (on the device) = `stored` (here), cast to target's dtype."""
 
     @abstractmethod
-    def on_device(self, stored: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
-        """`stored`'s values as a tensor on the device: `stored` itself, or copied into `place` (on the device)."""
+    def on_device(self, stored: torch.Tensor, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
+        """`stored`'s values as a tensor on the device: `stored` itself, or copied into `place` (on the device),
+        with the copy in flight."""
 
     @abstractmethod
-    def copy_from(self, target: torch.Tensor, source: torch.Tensor, source_home: Home) -> None:
+    def copy_from(self, target: torch.Tensor, source: torch.Tensor, source_home: Home) -> Transfer:
         """`target` (here) = `source` (at `source_home`): the end that is not the device drives the copy,
         so its offload device can overlap it with compute."""
 
     def synchronize(self) -> None:  # noqa: B027 - a home whose copies are synchronous has nothing to wait for
-        """Wait for every copy to or from this home issued so far."""
+        """Block until every copy to or from this home issued so far is complete."""
 
 
 class DeviceHome(Home):
@@ -65,20 +71,23 @@ class DeviceHome(Home):
     def allocate(self, numel: int, dtype: torch.dtype, category: Category) -> torch.Tensor:
         return self.ledger.new(category, lambda: torch.zeros(numel, dtype=dtype, device=self.device))
 
-    def copy_in(self, stored: torch.Tensor, source: torch.Tensor, *, accumulate: bool = False) -> None:
+    # Copies on the device run in the current stream's order: complete for whatever is issued after them.
+    def copy_in(self, stored: torch.Tensor, source: torch.Tensor, *, accumulate: bool = False) -> Transfer:
         if accumulate:
             stored.add_(source)
         else:
             stored.copy_(source)
+        return COMPLETED
 
-    def copy_out(self, target: torch.Tensor, stored: torch.Tensor) -> None:
+    def copy_out(self, target: torch.Tensor, stored: torch.Tensor) -> Transfer:
         target.copy_(stored)
+        return COMPLETED
 
-    def on_device(self, stored: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
-        return stored
+    def on_device(self, stored: torch.Tensor, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
+        return stored, COMPLETED
 
-    def copy_from(self, target: torch.Tensor, source: torch.Tensor, source_home: Home) -> None:
-        source_home.copy_out(target, source)
+    def copy_from(self, target: torch.Tensor, source: torch.Tensor, source_home: Home) -> Transfer:
+        return source_home.copy_out(target, source)
 
 
 class HostHome(Home):
@@ -97,19 +106,17 @@ class HostHome(Home):
     def allocate(self, numel: int, dtype: torch.dtype, category: Category) -> torch.Tensor:
         return self.offload.allocate(numel, dtype, category, pin=self._transfers)
 
-    def copy_in(self, stored: torch.Tensor, source: torch.Tensor, *, accumulate: bool = False) -> None:
-        self.offload.to_host(stored, source, accumulate=accumulate)
+    def copy_in(self, stored: torch.Tensor, source: torch.Tensor, *, accumulate: bool = False) -> Transfer:
+        return self.offload.transfer_to_host(stored, source, accumulate=accumulate)
 
-    def copy_out(self, target: torch.Tensor, stored: torch.Tensor) -> None:
-        self.offload.to_device(target, stored)
+    def copy_out(self, target: torch.Tensor, stored: torch.Tensor) -> Transfer:
+        return self.offload.transfer_to_device(target, stored)
 
-    def on_device(self, stored: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
-        self.copy_out(place, stored)
-        self.synchronize()
-        return place
+    def on_device(self, stored: torch.Tensor, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
+        return place, self.copy_out(place, stored)
 
-    def copy_from(self, target: torch.Tensor, source: torch.Tensor, source_home: Home) -> None:
-        self.copy_in(target, source)
+    def copy_from(self, target: torch.Tensor, source: torch.Tensor, source_home: Home) -> Transfer:
+        return self.copy_in(target, source)
 
     def synchronize(self) -> None:
         self.offload.synchronize()

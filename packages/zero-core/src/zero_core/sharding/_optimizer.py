@@ -68,6 +68,7 @@ class ZeroOptimizer:
 
     def zero_grad(self, *, set_to_none: bool = True) -> None:
         """Free the gradient buckets (or zero them in place with `set_to_none=False`)."""
+        self._homes.synchronize()  # a write-back still in flight would land in a partition zeroed here
         for group in self.groups:
             if set_to_none:
                 group.grads.release()

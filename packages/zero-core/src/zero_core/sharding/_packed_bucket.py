@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..accelerator import Transfer
 from ._bucket import LayoutBucket, ReduceBucket
 from ._layout import Slot
 
@@ -60,11 +61,13 @@ class PackedBucket:
     def shard_range(self, rank: int) -> tuple[int, int]:
         return rank * self._chunk, (rank + 1) * self._chunk
 
-    def complete(self, buffer: torch.Tensor, rank: int) -> None:
+    def complete(self, buffer: torch.Tensor, rank: int) -> list[Transfer]:
         base = rank * self._chunk
+        transfers = []
         for member, offset in zip(self.members, self._offsets):
             numel = member.layout.shard_numel
-            member.grads.accumulate(member.index, buffer[base + offset : base + offset + numel])
+            transfers.append(member.grads.accumulate(member.index, buffer[base + offset : base + offset + numel]))
+        return transfers
 
 
 def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:

@@ -16,6 +16,12 @@ it), so collectives match across ranks even when ranks see different unused para
 With `overlap_comm` the collectives are asynchronous and run while backward continues;
 reduction in every backward keeps at most one in flight, which bounds its buffers. Stage 3
 passes its one bucket per unit packed into fewer collectives (_packed_bucket.py).
+
+Adding a reduced slice to a partition in host memory (an offloaded optimizer) is a copy in
+flight that holds the reduce buffer it reads. Nothing waits for it when it starts: the device
+waits for it when the next bucket's buffer is allocated (the host never does), so it overlaps
+the backward in between and no more buffers are alive than without offload; the step's
+boundary waits for the last ones.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from typing import cast
 import torch
 from zero_plugins import Category, ZeroError
 
+from ..accelerator import Transfer
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
 from ._bucket import ReduceBucket, WholeGradBucket
@@ -57,6 +64,7 @@ class GradReducer:
         self._ledger = ledger
         self._next = 0
         self._inflight: list[tuple[ReduceBucket, Work]] = []
+        self._written: list[Transfer] = []  # write-backs of completed buckets, until the next buffer is allocated
         self._active = False
         self._reducing = False
         self.received = 0  # gradients that reached a trainable parameter in this backward (none: the loss is unrelated)
@@ -84,6 +92,7 @@ class GradReducer:
                     self._launch(self._buckets[self._next])
                     self._next += 1
                 self._drain(0)
+            self._let_go()
         finally:
             self._active = False
 
@@ -98,6 +107,7 @@ class GradReducer:
             with contextlib.suppress(Exception):
                 work.wait()
         self._inflight.clear()
+        self._let_go()
         for bucket in self._buckets:
             bucket.buffer = None
         self._active = False
@@ -171,13 +181,20 @@ class GradReducer:
         if self._reduction is not _EVERY_BACKWARD:
             return
         assert bucket.buffer is not None
-        bucket.complete(bucket.buffer, self._comm.rank)
-        bucket.buffer = None  # frees it: nothing else refers to the buffer
+        self._written += bucket.complete(bucket.buffer, self._comm.rank)
+        bucket.buffer = None  # frees it, or the write-back does once the device has waited for it (_let_go)
 
     def _buffer(self, bucket: ReduceBucket) -> torch.Tensor:
         if bucket.buffer is None:
+            self._let_go()  # the earlier buffer's memory can make this one
             bucket.buffer = self._ledger.new(Category.GRAD_BUCKET, bucket.new_buffer)
         return bucket.buffer
+
+    def _let_go(self) -> None:
+        """The device (never the host) waits for the write-backs issued so far, which then let go of their buffers."""
+        written, self._written = self._written, []
+        for transfer in written:
+            transfer.wait()
 
 
 def _whole(bucket: ReduceBucket) -> WholeGradBucket:

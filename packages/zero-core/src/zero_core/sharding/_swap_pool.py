@@ -16,6 +16,7 @@ import torch
 from zero_plugins import Category
 
 from zero_plugins.ds_config import ConfigError
+from ..accelerator import Transfer
 from ..offload import SwapSettings, SwapSlot, SwapSpace, SwapTransfer
 
 
@@ -36,6 +37,7 @@ class SwapPool:
         self._memory = space.staging_buffer(stride * settings.buffer_count, settings.dtype)
         # Each buffer spans whole blocks (`stride` elements): `buffer_numel` of values, then padding.
         self._free = [self._memory[i * stride : (i + 1) * stride] for i in range(settings.buffer_count)]
+        self._copying: list[tuple[list[torch.Tensor], Transfer]] = []  # released, a device copy still reading them
 
     def check_count(self, count: int) -> None:
         """A sub-group whose `count` tensors must be in buffers at once fits in the pool."""
@@ -46,20 +48,37 @@ class SwapPool:
 
     @property
     def free(self) -> int:
+        self._reclaim()
         return len(self._free)
 
     def acquire(self, count: int, make_room: Callable[[], bool]) -> list[torch.Tensor]:
         """`count` free buffers; `make_room()` finishes an earlier transfer to free some (False: nothing to finish)."""
         self.check_count(count)
+        self._reclaim()
         while len(self._free) < count:
-            if not make_room():
+            if self._copying:
+                # Out of buffers: the host waits for the oldest device copy, as it would for a swap write.
+                buffers, copy = self._copying.pop(0)
+                copy.synchronize()
+                self._free.extend(buffers)
+            elif not make_room():
                 raise RuntimeError(f"swap pool: {count} buffers needed, {len(self._free)} free and no transfer to "
                                    "finish (buffers were not released)")
         taken, self._free = self._free[:count], self._free[count:]
         return taken
 
-    def release(self, buffers: list[torch.Tensor]) -> None:
-        self._free.extend(buffers)
+    def release(self, buffers: list[torch.Tensor], *, after: Transfer | None = None) -> None:
+        """Give buffers back, free again once `after` (a device copy reading them) is complete."""
+        if after is None or after.done:
+            self._free.extend(buffers)
+        else:
+            self._copying.append((buffers, after))
+
+    def _reclaim(self) -> None:
+        """Buffers whose device copy completed are free (never blocks)."""
+        copying, self._copying = self._copying, []
+        for buffers, copy in copying:
+            self.release(buffers, after=copy)
 
     def read(self, slot: SwapSlot, buffer: torch.Tensor) -> SwapTransfer:
         """Start reading a slot into a buffer of this pool (its first `slot.numel` elements hold the values)."""

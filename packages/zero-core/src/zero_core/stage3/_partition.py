@@ -15,6 +15,7 @@ import torch
 from zero_plugins import Category
 
 from zero_plugins.ds_config import ConfigError
+from ..accelerator import COMPLETED, Transfer
 from ..sharding import FlatLayout, Home, Homes, MasterCopy, SwapPool, copy_owned
 from ._unit_swap import SwappedShard
 
@@ -28,9 +29,9 @@ class Partition(Protocol):
         """The values in memory, in the compute dtype (a fresh cast of the master when no copy is kept)."""
         ...
 
-    def on_device(self, place: torch.Tensor) -> torch.Tensor:
+    def on_device(self, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
         """The values on the device: the partition itself, or copied into `place` (this rank's part of the
-        gathered buffer, so that the all-gather runs in place)."""
+        gathered buffer, so that the all-gather runs in place), with the copy in flight (not waited for)."""
         ...
 
     def store(self, source: torch.Tensor) -> None:
@@ -62,7 +63,7 @@ class InMemoryPartition:
     def values(self) -> torch.Tensor:
         return self.tensor
 
-    def on_device(self, place: torch.Tensor) -> torch.Tensor:
+    def on_device(self, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
         return self.home.on_device(self.tensor, place)
 
     def store(self, source: torch.Tensor) -> None:
@@ -98,9 +99,9 @@ class MasterCastPartition:
     def values(self) -> torch.Tensor:
         return self.master.to(self.tensor.dtype)
 
-    def on_device(self, place: torch.Tensor) -> torch.Tensor:
-        place.copy_(self.master)
-        return place
+    def on_device(self, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
+        place.copy_(self.master)  # on the device, on the compute stream: nothing in flight
+        return place, COMPLETED
 
     def store(self, source: torch.Tensor) -> None:
         self.master.copy_(source)

@@ -7,6 +7,11 @@ buffer and empties the parameters again, so the memory dies unless someone else 
 which `free()` reports (see _held.py). The engine makes one unit per module and param group
 (frozen parameters form their own), `Init` one per module as it is built. Where the shard
 lives between uses is its partition's business (_partition.py).
+
+Gathering a shard kept in host memory copies it into its place in the buffer first. Nothing
+waits for that copy where the gather starts: the all-gather is issued after it (on CUDA, on
+the copy's stream), so a prefetched unit's copy and all-gather overlap the compute of the
+unit in use, and only `wait()`, where the parameters are about to be used, waits for both.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 import torch
 from zero_plugins import Category
 
+from ..accelerator import COMPLETED, Transfer
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
 from ..sharding import FlatLayout, MasterCopy
@@ -48,6 +54,7 @@ class ParamUnit:
         self.buffer: torch.Tensor | None = None
         self.users = 0  # module scopes (forward, backward, GatheredParameters) that need it gathered now
         self._work: Work | None = None
+        self._copy: Transfer = COMPLETED  # this rank's shard into its place in the buffer, while gathering
         self._device = device
         self._empty = torch.empty(0, dtype=dtype, device=device)
         self.partition: Partition = partitions.make(name, self.layout, comm.rank, dtype, swap_name=swap_name or name,
@@ -86,8 +93,10 @@ class ParamUnit:
         numel, dtype, device = self.numel, self.dtype, self._device
         self.buffer = self.ledger.new(Category.PARAM_GATHERED, lambda: torch.empty(numel, dtype=dtype, device=device))
         lo, hi = self.layout.shard_range(self.comm.rank)
-        own = self.partition.on_device(self.buffer[lo:hi])  # copied into its place: the all-gather runs in place
-        self._work = self.comm.all_gather(self.buffer, own, async_op=True)
+        # Copied into its place (the all-gather runs in place); the all-gather follows the copy, and nothing waits.
+        own, self._copy = self.partition.on_device(self.buffer[lo:hi])
+        with self._copy.after():
+            self._work = self.comm.all_gather(self.buffer, own, async_op=True)
         self.state = UnitState.GATHERING
 
     def wait(self) -> None:
@@ -96,7 +105,8 @@ class ParamUnit:
             return
         assert self._work is not None and self.buffer is not None
         self._work.wait()
-        self._work = None
+        self._copy.wait()
+        self._work, self._copy = None, COMPLETED
         self.state = UnitState.GATHERED
         for slot in self.layout.slots:
             slot.param.data = self.buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)

@@ -3,7 +3,8 @@
 Between uses the partition is only a file. Gathering reads it into one of the
 `offload_param.buffer_count` buffers (or takes the read the prefetcher started earlier),
 copies it into this rank's place in the gathered buffer on the device, and gives the
-buffer back. The optimizer step writes the updated partition into a buffer opened for the
+buffer back to the pool once that copy has read it (the pool waits for the copy only when it
+runs out of buffers). The optimizer step writes the updated partition into a buffer opened for the
 unit (`for_update`) and `commit` writes it to the file once the last sub-group is in. Its
 buffers are host memory at the parameters' offload device (`home`), which copies them to
 and from the device.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import torch
 from zero_plugins import Category
 
+from ..accelerator import Transfer
 from ..offload import SwapTransfer
 from ..sharding import Home, SwapPool, SwappedTensor
 
@@ -48,12 +50,11 @@ class SwappedShard:
         self._reading = (buffer, self.pool.read(self.slot, buffer))
         return True
 
-    def on_device(self, place: torch.Tensor) -> torch.Tensor:
-        """Read the partition (or take the read started ahead) and copy it into `place`, on the device."""
-        self.home.copy_out(place, self._take())
-        self.home.synchronize()
-        self._give_back()
-        return place
+    def on_device(self, place: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
+        """Read the partition (or take the read started ahead) and start copying it into `place`, on the device."""
+        copy = self.home.copy_out(place, self._take())
+        self._give_back(copy)
+        return place, copy
 
     def _take(self) -> torch.Tensor:
         """The partition's values in a buffer (read now unless read ahead); hand it back with `_give_back`."""
@@ -70,11 +71,11 @@ class SwappedShard:
         self._taken = buffer
         return buffer[: self.slot.numel]
 
-    def _give_back(self) -> None:
-        """End of the use `_take` began: the buffer goes back to the pool."""
+    def _give_back(self, copy: Transfer) -> None:
+        """End of the use `_take` began: the buffer goes back to the pool once `copy` (out of it) is complete."""
         if self._taken is not None:
             buffer, self._taken = self._taken, None
-            self.pool.release([buffer])
+            self.pool.release([buffer], after=copy)
 
     def cancel_read(self) -> None:
         """Drop a read started ahead that will not be used now (the pass ended): its buffer is needed elsewhere."""
