@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from zero_plugins import Category
 
-from ..accelerator import Transfer
+from ..accelerator import COMPLETED, Transfer
 from ..offload import SwapTransfer
 from ..sharding import Home, SwapPool, SwappedTensor
 
@@ -37,7 +37,7 @@ class SwappedShard:
     def values(self) -> torch.Tensor:
         """The partition read into memory (a copy: checkpoints read its slot through their own path)."""
         values = self._take().clone()
-        self._give_back()
+        self._give_back(COMPLETED)  # the clone is a host copy, complete on return
         return values
 
     def read_ahead(self) -> bool:
