@@ -4,7 +4,8 @@ The model has every case stage 3 must handle: an embedding tied to the output he
 Parameter registered by two modules), a parameter used by another module (`borrow` reads
 `proj.weight` outside `proj`'s forward), LoRA adapters on frozen base linears, LayerNorms
 and biases small enough to stay whole (persistence threshold), a block called twice in one
-forward, and, in one case, activation checkpointing of the blocks. Prefetch and live-parameter limits are set small so that they act. Each
+forward, and, in one case, activation checkpointing of the blocks, and stepping each unit within backward
+(`step_in_backward`). Prefetch and live-parameter limits are set small so that they act. Each
 case trains 10 steps on the same global batch of 8 sequences; the fp32 cases must match
 plain torch (losses, and the full weights consolidated by `engine.module_state_dict()`)
 within fp32 tolerance. fp16 with dynamic loss scaling (starting high, so steps overflow
@@ -86,6 +87,9 @@ CASES: dict[str, dict[str, Any]] = {
     "stage3-accum2-clip": {"accum": 2, "clip": CLIP},
     "stage3-no-prefetch-no-overlap": {"prefetch": 0, "overlap": False, "efficient": False},
     "stage3-checkpointing": {"checkpointing": True},
+    # each unit steps as its gradient is reduced (the tied embedding and the block run twice step once, last)
+    "stage3-step-in-backward": {"step_in_backward": True},
+    "stage3-step-in-backward-checkpointing": {"step_in_backward": True, "checkpointing": True},
     "stage3-fp16": {"fp16": True},
     "stage2-fp16": {"fp16": True, "stage": 2},
 }
@@ -103,6 +107,7 @@ def ds_config(case: dict[str, Any], world_size: int) -> dict[str, Any]:
             "stage3_prefetch_bucket_size": case.get("prefetch", 2500),
             "stage3_max_live_parameters": 7000,
             "memory_efficient_linear": case.get("efficient", True),
+            "step_in_backward": case.get("step_in_backward", False),
         },
     }
 

@@ -83,7 +83,8 @@ def assemble_engine(
                             [{"params": g.master.optimizer_params, **g.options} for g in state.groups],
                             offload.optimizer.device.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
-                                   policy, ledger=ledger, homes=homes)
+                                   policy, ledger=ledger, homes=homes,
+                                   step_in_backward=bool(config.zero_optimization.step_in_backward))
     reducer = GradReducer(state.buckets, comm, policy.grad_reduction, ledger,
                           overlap=bool(config.zero_optimization.overlap_comm))
     loader = None

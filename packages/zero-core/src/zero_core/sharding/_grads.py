@@ -19,7 +19,7 @@ at that home: these tensors themselves when they are fp32 there, else copies.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
@@ -50,6 +50,8 @@ class GradBuckets:
         self._step_copies: list[torch.Tensor] = []  # fp32 copies the step reads, where the home keeps buffers
         self._tensors: list[torch.Tensor | None] = [None] * len(self._layouts)
         self._views: list[list[torch.Tensor]] = [[] for _ in self._layouts]
+        # step_in_backward (_backward_step.py): called with a bucket's index once its reduced gradient is in
+        self.on_reduced: Callable[[int], None] | None = None
 
     def get(self, index: int) -> torch.Tensor:
         """Bucket `index`'s gradient tensor, allocated (zeroed) on first use."""
@@ -67,7 +69,15 @@ class GradBuckets:
     def accumulate(self, index: int, reduced: torch.Tensor) -> Transfer:
         """Start adding this rank's reduced slice of bucket `index`'s gradient (on the device) to its partition;
         the write-back in flight holds `reduced` until it is complete (the step's boundary waits for it)."""
-        return self._home.copy_in(self.get(index), reduced, accumulate=True)
+        transfer = self._home.copy_in(self.get(index), reduced, accumulate=True)
+        if self.on_reduced is not None:
+            self.on_reduced(index)  # on the device, where step_in_backward runs: the add is complete
+        return transfer
+
+    def release_one(self, index: int) -> None:
+        """Free one partition (step_in_backward, once its sub-groups have stepped)."""
+        assert self.partitioned and not self._home.keeps_buffers, "step_in_backward frees device partitions"
+        self._tensors[index] = None
 
     def owned(self, index: int) -> torch.Tensor:
         if self.partitioned:

@@ -18,7 +18,7 @@ import torch
 from ._home import Home
 from ._layout import FlatLayout
 from ._storage import FlatStorage
-from ._sub_groups import step_by_sub_group, sub_group_views
+from ._sub_groups import step_by_sub_group, step_one, sub_group_views
 
 
 class Master(Protocol):
@@ -102,13 +102,26 @@ class MasterParams:
             param.grad = None
 
     def write_back(self) -> None:
-        if self._home is None:
-            return  # a view: the step updated the parameters themselves
-        for index, (master, (lo, hi)) in enumerate(zip(self.tensors, self.ranges)):
-            if self._flat.cast_from_master(index):
-                continue
-            self._flat.home(index).copy_from(self._flat.owned(index, lo, hi), master, self._home)
-            self._flat.commit(index)
+        for index in range(len(self.tensors)):
+            self.write_back_one(index)
+
+    def write_back_one(self, index: int) -> None:
+        """Copy master tensor `index` into the compute-dtype parameters it updates."""
+        if self._home is None or self._flat.cast_from_master(index):
+            return  # a view (the step updated the parameters themselves), or gathers cast the master
+        lo, hi = self.ranges[index]
+        self._flat.home(index).copy_from(self._flat.owned(index, lo, hi), self.tensors[index], self._home)
+        self._flat.commit(index)
+
+    def step_one_tensor(self, optimizer: torch.optim.Optimizer, group_index: int, index: int,
+                        grad: torch.Tensor) -> None:
+        """Step master tensor `index` alone with its fp32 gradient, one sub-group per call, and write it back."""
+        views = grad.split(self._sub_group_numel) if self._sub_group_numel is not None else [grad]
+        for (param, _), view in zip(self.sub_groups(index), views):
+            param.grad = view
+            step_one(optimizer, group_index, param)
+            param.grad = None
+        self.write_back_one(index)
 
     def in_memory(self) -> list[torch.Tensor]:
         return self.tensors

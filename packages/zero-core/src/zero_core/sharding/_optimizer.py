@@ -20,6 +20,7 @@ import torch
 
 from ..comm import Collectives
 from ..memory import MemoryLedger, read_float
+from ._backward_step import BackwardStepper
 from ._groups import ShardedGroup
 from ._homes import Homes
 from ._loss_scaler import LossScaler
@@ -39,6 +40,8 @@ class ZeroOptimizer:
         policy: StagePolicy,
         ledger: MemoryLedger,
         homes: Homes,
+        *,
+        step_in_backward: bool = False,
     ) -> None:
         self.optimizer = optimizer
         self.groups = groups
@@ -50,6 +53,7 @@ class ZeroOptimizer:
         self._sharded = policy.shards_optimizer_state
         self._ledger = ledger
         self._homes = homes
+        self._backward = BackwardStepper(optimizer, groups, comm, homes.device) if step_in_backward else None
 
     # --- what DeepSpeed's ZeRO optimizer exposes ---
     @property
@@ -92,6 +96,8 @@ class ZeroOptimizer:
 
         `before_update` is called once the gradients are known to be finite, before anything changes; it may raise
         to refuse the step (the engine's check of the losses)."""
+        if self._backward is not None:
+            return self._finish_backward_steps(before_update)
         scale = self.loss_scaler.scale
         self._homes.synchronize()  # gradients copied to an offloaded optimizer during backward
         scaled_norm = self._scaled_grad_norm()
@@ -121,6 +127,20 @@ class ZeroOptimizer:
             group.grads.release()  # zeroed for the next accumulation, or freed
             group.master.write_back()
         self._homes.synchronize()
+        if self._sharded:
+            self._all_gather_params()
+        self.loss_scaler.update(overflow=False)
+        self._homes.masters.count_state(self.optimizer, self._ledger)
+        return True
+
+    def _finish_backward_steps(self, before_update: Callable[[], None] | None) -> bool:
+        """step_in_backward: the units stepped as their gradients were reduced; the rest, and the replicas."""
+        assert self._backward is not None
+        if before_update is not None:
+            before_update()
+        self._global_grad_norm = self._backward.finish()
+        for group in self.groups:
+            group.grads.release()
         if self._sharded:
             self._all_gather_params()
         self.loss_scaler.update(overflow=False)

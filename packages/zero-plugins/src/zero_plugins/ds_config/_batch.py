@@ -1,6 +1,7 @@
 """train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size."""
 from __future__ import annotations
 
+from ._checks import check_step_in_backward
 from ._errors import ConfigError
 from ._model import ZeroConfig
 
@@ -38,3 +39,4 @@ def resolve_batch_sizes(config: ZeroConfig, world_size: int) -> None:
     config.train_batch_size = train
     config.train_micro_batch_size_per_gpu = micro
     config.gradient_accumulation_steps = accum
+    check_step_in_backward(config)  # accumulation is known only now

@@ -45,7 +45,37 @@ def check_consistency(config: ZeroConfig) -> None:
         if block is not None and block.device == "nvme" and block.buffer_count == 0:
             raise ConfigError(f"zero_optimization.{name}.buffer_count",
                               f'must be >= 1 when device is "nvme": {_SWAP_BUFFERS[name]}')
+    check_step_in_backward(config)
 
+
+def check_step_in_backward(config: ZeroConfig) -> None:
+    """`zero_optimization.step_in_backward` only where stepping each unit as its gradient completes gives the step
+    that stepping them all at the end would: the global norm, a skipped step and accumulated micro-batches all
+    need every gradient before the first update."""
+    zero = config.zero_optimization
+    if not zero.step_in_backward:
+        return
+    path = "zero_optimization.step_in_backward"
+    if zero.stage != 3:
+        raise ConfigError(path, f"needs stage 3 (got stage {zero.stage}); set zero_optimization.stage to 3, or "
+                                "step_in_backward to false")
+    if config.gradient_clipping > 0:
+        raise ConfigError(path, f"cannot clip by the global norm (gradient_clipping is {config.gradient_clipping}), "
+                                "which needs every gradient before the first unit steps; set gradient_clipping to "
+                                "0, or step_in_backward to false")
+    if config.fp16.enabled:
+        raise ConfigError(path, "cannot skip an fp16 overflow step, which needs every gradient before the first "
+                                "unit steps; use bf16, or set step_in_backward to false")
+    for name in ("offload_optimizer", "offload_param"):
+        block = getattr(zero, name)
+        if block is not None and block.device != "none":
+            raise ConfigError(path, f"steps on the device, and zero_optimization.{name} moves state off it; remove "
+                                    f"{name}, or set step_in_backward to false")
+    accumulation = config.gradient_accumulation_steps
+    if accumulation is not None and accumulation > 1:
+        raise ConfigError(path, f"steps each unit within its backward, before another micro-batch could add "
+                                f"to its gradient, and gradient_accumulation_steps is "
+                                f"{accumulation}; set it to 1, or step_in_backward to false")
 
 
 def drop_offload_unused_by_stage(config: ZeroConfig) -> list[str]:

@@ -91,6 +91,9 @@ class ZeroOptimizationConfig(ConfigModel):
         validation_alias=_stage3("gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"),
     )
     memory_efficient_linear: Bool = True
+    # zero's own opt-in (not DeepSpeed's): stage 3 steps each unit as soon as its gradient partition is complete
+    # in backward, so no whole gradient partition exists (checked against the rest in _checks.py).
+    step_in_backward: Bool = False
 
     @field_validator("stage")
     @classmethod

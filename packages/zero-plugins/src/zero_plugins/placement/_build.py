@@ -148,4 +148,5 @@ def plan_for_config(config: ZeroConfig, *, world_size: int, accelerator: str,
         offload_param=param.device if param is not None else "none",
         optimizer_pin_memory=bool(optimizer is not None and optimizer.pin_memory),
         param_pin_memory=bool(param is not None and param.pin_memory), swap_devices=swap_devices,
+        step_in_backward=bool(zero.step_in_backward),
     ))
