@@ -156,6 +156,8 @@ def add_setup_arguments(parser: argparse.ArgumentParser, *, offload: bool = True
     zero.add_argument("--overlap-comm", action=argparse.BooleanOptionalAction, help="default: on for stage 3 only")
     for flag, (_, help_text) in _ZERO_OFF_SWITCHES.items():
         zero.add_argument(flag, action="store_true", help=help_text)
+    zero.add_argument("--step-in-backward", action="store_true",
+                      help="stage 3: each unit steps as its gradient is reduced (zero_optimization.step_in_backward)")
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -310,6 +312,8 @@ def zero_from_args(args: argparse.Namespace, stage: int, base: ZeroSettings | No
     for flag, (field, _) in _ZERO_OFF_SWITCHES.items():
         if getattr(args, _dest(flag)):
             overrides[field] = False
+    if args.step_in_backward:
+        overrides["step_in_backward"] = True
     return ZeroSettings(**overrides) if base is None else replace(base, **overrides)
 
 

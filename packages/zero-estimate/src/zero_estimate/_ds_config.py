@@ -156,8 +156,9 @@ def _zero(block: ZeroOptimizationConfig) -> ZeroSettings:
     fields: dict[str, Any] = {name: getattr(block, name) for name in ("stage", *_ZERO_COUNTS) if name in given}
     if "overlap_comm" in given:
         fields["overlap_comm"] = block.overlap_comm
-    if "memory_efficient_linear" in given:
-        fields["memory_efficient_linear"] = block.memory_efficient_linear
+    for name in ("memory_efficient_linear", "step_in_backward"):
+        if name in given:
+            fields[name] = getattr(block, name)
     fields.update(_offload(block.offload_optimizer, block.offload_param))
     try:
         return ZeroSettings(**fields)

@@ -153,6 +153,7 @@ class ZeroSettings:
     param_buffer_count: int = 5  # offload_param.buffer_count
     param_buffer_size: int = 100_000_000  # offload_param.buffer_size, in elements
     param_max_in_cpu: int = 1_000_000_000  # offload_param.max_in_cpu: NVMe, elements kept in host memory
+    step_in_backward: bool = False  # stage 3 steps each unit as its gradient is reduced (zero's own opt-in)
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
@@ -176,6 +177,9 @@ class ZeroSettings:
             raise EstimateError("offloading the optimizer needs ZeRO stage 1, 2 or 3", "offload_optimizer")
         if self.offload_param != "none" and self.stage != 3:
             raise EstimateError("offloading params needs ZeRO stage 3, where params are partitioned", "offload_param")
+        if self.step_in_backward and (self.stage != 3 or self.label() != "none/none"):
+            raise EstimateError("needs stage 3 with nothing offloaded (it steps on the device as gradients are "
+                                "reduced)", "step_in_backward")
 
     @property
     def overlap(self) -> bool:
@@ -193,5 +197,5 @@ def placement_plan(zero: ZeroSettings, training: Training, cluster: Cluster) -> 
         stage=zero.stage, compute_dtype=training.precision, world_size=cluster.world_size,
         offload_optimizer=zero.offload_optimizer, offload_param=zero.offload_param,
         optimizer_pin_memory=zero.pin_memory, param_pin_memory=zero.pin_memory,
-        optimizer_state_tensors=state_tensors,
+        optimizer_state_tensors=state_tensors, step_in_backward=zero.step_in_backward,
     ))

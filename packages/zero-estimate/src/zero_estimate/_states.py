@@ -133,7 +133,12 @@ def _gradients(c: _Context, lines: Lines) -> None:
     if c.zero.stage < 2:
         lines.add(Category.GRAD_FULL, "gpu", f"{c.word} grads, whole (all-reduced)", c.b * c.T, BACKWARD_STEP, instant="late")
         return  # stages 0-1 reduce in place, in the whole gradients: no bucket of their own
-    if c.zero.offload_optimizer == "none":
+    if c.plan.step_granularity is StepGranularity.IN_BACKWARD:
+        # Each master tensor steps as its reduced gradient lands, which is then freed: one at a time.
+        largest = Q.var("Sm", max(master_tensor_numels(c.spec, c.zero, c.world_size) or [c.T.per(c.N).value]))
+        what = "fp32 grad partition of one unit, stepped and freed as it is reduced (step_in_backward)"
+        lines.add(Category.GRAD_PARTITION, "gpu", what, 4 * largest, BACKWARD, instant="late")
+    elif c.zero.offload_optimizer == "none":
         placed = c.plan.get(Copy.GRAD_PARTITION)
         assert placed is not None, "the plan keeps a gradient partition from stage 2 on"
         word = "fp32" if placed.dtype == "fp32" else c.word
@@ -185,11 +190,12 @@ def _optimizer(c: _Context, lines: Lines) -> None:
     if c.plan.has(Copy.STEP_GRAD):
         # The engine casts every owned gradient to fp32 before the step (all sub-groups at once).
         lines.add(Category.OPTIM_GRAD, "gpu", "fp32 copy of the grads the optimizer steps on", 4 * c.T_part, STEP)
-    sub_group = c.zero.sub_group_size if c.plan.step_granularity is StepGranularity.SUB_GROUP else None
+    in_backward = c.plan.step_granularity is StepGranularity.IN_BACKWARD
+    sub_group = None if c.plan.step_granularity is StepGranularity.ALL_AT_ONCE else c.zero.sub_group_size
     tensors = master_tensor_numels(c.spec, c.zero, c.world_size)
     temporaries = step_temporaries(c.training.optimizer, c.training.optimizer_impl, c.T_part, tensors, sub_group)
     if temporaries is not None:
-        lines.add(Category.OTHER, "gpu", *temporaries, STEP)
+        lines.add(Category.OTHER, "gpu", *temporaries, *((BACKWARD, "late") if in_backward else (STEP,)))
 
 
 def _partitioned_frozen(c: _Context, threshold: int) -> int:
