@@ -1,9 +1,11 @@
 """Stage-3 memory, exactly, through the ledger (bf16 compute, Adam), on 2 and 4 ranks.
 
-DESIGN.md's contract for P trainable and F frozen parameters on N ranks: each rank holds
-2P/N + 2F/N 16-bit partitions [param.partition], 4P/N fp32 master [optim.master] and, once
-stepped, 8P/N Adam state [optim.state] (plus 4 bytes of step counter per unit); the 2P/N
-gradient partition [grad.partition] exists from backward to the step. The models' unit
+The placement plan's contract for P trainable and F frozen parameters on N ranks: each rank
+holds 2F/N 16-bit partitions of the frozen ones [param.partition] (trainable ones keep none:
+gathers cast the master), 4P/N fp32 master [optim.master] and, once stepped, 8P/N Adam state
+[optim.state] (plus 4 bytes of step counter per unit); the 4P/N fp32 gradient partition
+[grad.partition] exists from backward to the step, and with `step_in_backward` one unit's at a
+time. The models' unit
 sizes are multiples of 4, so nothing is padded. Gathered parameters [param.gathered] stay
 within `stage3_max_live_parameters` during forward, and after forward with the
 memory-efficient linear nothing gathered is left but the persistent parameters; with the
@@ -136,6 +138,25 @@ def _reuse(rank: int, world_size: int, distance: int) -> list[int]:
     return gathers
 
 
+def _step_in_backward(rank: int, world_size: int) -> dict[str, Any]:
+    import zero_core
+
+    engine, _, _, _ = zero_core.initialize(model=make_model("deep"), config=memory_config(
+        {"stage": 3, "stage3_param_persistence_threshold": 0, "step_in_backward": True}, gradient_clipping=0))
+    x = torch.randn(4, 64).bfloat16()
+    for _ in range(2):
+        loss = engine(x).float().pow(2).mean()
+        engine.backward(loss)
+        after_backward = _current(engine)
+        engine.step()
+        _settle(engine)
+    report = engine.memory_report()["cpu"]
+    units = sum(len(group.flat.units) for group in engine.optimizer.groups)
+    engine.destroy()
+    return {"after_backward": after_backward, "units": units, "peaks": {c: f["peak"] for c, f in report.items()},
+            "after_steps": {c: f["current"] for c, f in report.items() if f["current"]}}
+
+
 def _persistent(rank: int, world_size: int) -> dict[str, int]:
     import zero_core
 
@@ -155,6 +176,7 @@ def _measure(rank: int, world_size: int) -> dict[Any, Any]:
     results["bounds", False] = _bounds(rank, world_size, False)
     results["reuse"] = {distance: _reuse(rank, world_size, distance) for distance in (0, UNIT)}
     results["persistent"] = _persistent(rank, world_size)
+    results["step_in_backward"] = _step_in_backward(rank, world_size)
     return results
 
 
@@ -183,6 +205,19 @@ def test_ledger_matches_the_stage3_contract(measured, kind: str) -> None:  # typ
         assert r["alive"] == expected["total"], "every byte alive after a step is in the ledger"
         for name, (ds_numel, ds_shape, numel) in r["shapes"].items():
             assert numel == 0 and ds_numel == torch.Size(ds_shape).numel() > 0, name
+
+
+def test_step_in_backward_holds_one_unit_gradient_at_a_time(measured) -> None:  # type: ignore[no-untyped-def]
+    """zero_optimization.step_in_backward: each unit steps and frees its fp32 gradient partition as it is reduced,
+    so backward never holds two, and what is left at rest is the master and Adam's state (12 bytes per element)."""
+    n, per_rank = measured
+    p = 6 * UNIT
+    for result in per_rank:
+        r = result["step_in_backward"]
+        assert r["peaks"]["grad.partition"] == 4 * UNIT // n
+        assert r["after_backward"] == {"optim.master": 4 * p // n, "optim.state": 8 * p // n + STEP_COUNTER * r["units"],
+                                       "total": 12 * p // n + STEP_COUNTER * r["units"]}
+        assert r["after_steps"] == r["after_backward"]
 
 
 @pytest.mark.parametrize("kind", ["dense", "lora"])

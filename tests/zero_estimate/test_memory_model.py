@@ -287,3 +287,26 @@ def test_bad_settings_name_the_setting_and_the_allowed_values(make, message):
     with pytest.raises(EstimateError) as raised:
         make()
     assert message in str(raised.value)
+
+
+def test_step_in_backward_holds_one_unit_gradient_and_nothing_at_the_step():
+    from zero_estimate import from_preset
+    from zero_estimate._partitions import master_tensor_numels
+    from zero_estimate._states import state_lines
+
+    # full checkpointing: the model states weigh more of the peak than the activations
+    spec, training = from_preset("pythia-1.4b"), Training(checkpointing="full")
+    normal, opted = (estimate(spec, FOUR_GPUS, training, ZeroSettings(stage=3, step_in_backward=flag))
+                     for flag in (False, True))
+    assert "grad.partition" not in opted.by_category("gpu", "step")
+    assert "other" not in opted.by_category("gpu", "step"), "the step's temporaries come in backward, per unit"
+    assert opted.peak("gpu")[1] < normal.peak("gpu")[1]
+    # before the peak instants are chosen: one unit's fp32 gradient during backward, not the partition's
+    lines, _ = state_lines(spec, FOUR_GPUS, training, ZeroSettings(stage=3, step_in_backward=True))
+    (grads,) = [line for line in lines if line.category == "grad.partition"]
+    largest = max(master_tensor_numels(spec, ZeroSettings(stage=3), N) or [0])
+    assert (grads.bytes, grads.phases) == (4 * largest, ("backward",))
+    step = normal.by_category("gpu", "step")
+    assert opted.total("gpu", "step") == normal.total("gpu", "step") - step["grad.partition"] - step["other"]
+    with pytest.raises(EstimateError, match="step_in_backward"):
+        ZeroSettings(stage=2, step_in_backward=True)

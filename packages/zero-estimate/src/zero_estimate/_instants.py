@@ -31,8 +31,19 @@ from ._lines import Line
 
 LOSS, LATE, HELD = "loss", "late", "held"
 # The gradient partition, whole only at the end of backward, and what is held with it then.
-_GROWING = Category.GRAD_PARTITION
-_AT_THE_END = frozenset({_GROWING, Category.GRAD_BUCKET, Category.COMM_STAGING, Category.PARAM_GATHERED})
+# Held late in backward while a reduced gradient lands, to the very end (step_in_backward's one unit's too).
+_AT_THE_END = frozenset({Category.GRAD_PARTITION, Category.GRAD_BUCKET, Category.COMM_STAGING,
+                         Category.PARAM_GATHERED})
+
+
+def _growing(line: Line) -> bool:
+    """The gradient partition the step reads, whole only at the end (with step_in_backward one unit's is held
+    at a time, during backward: it has no step phase)."""
+    return line.category == Category.GRAD_PARTITION and "step" in line.phases
+
+
+def _at_the_end(line: Line) -> bool:
+    return line.category in _AT_THE_END
 
 
 def at_peak_instants(lines: list[Line]) -> list[Line]:
@@ -46,16 +57,16 @@ def at_peak_instants(lines: list[Line]) -> list[Line]:
     # backward: the activations held at its start (every layer's, the loss's gradients) against the
     # gradients, buckets, working set and a rebuilt layer
     held_at_loss = _bytes(gpu, "backward", lambda line: line.category == Category.ACTIVATIONS and line.instant != LATE)
-    during = _bytes(gpu, "backward", lambda line: (line.instant == LATE and line.category != _GROWING)
+    during = _bytes(gpu, "backward", lambda line: (line.instant == LATE and not _growing(line))
                     or line.instant == HELD)
-    end = _bytes(gpu, "backward", lambda line: line.instant == LATE and line.category in _AT_THE_END)
+    end = _bytes(gpu, "backward", lambda line: line.instant == LATE and _at_the_end(line))
     if held_at_loss >= max(during, end):
         return _drop(out, "backward", LATE, everything_activations=False)
     out = _drop(out, "backward", LOSS, everything_activations=True)
     if during >= end:
-        return _drop_where(out, "backward", lambda line: line.instant == LATE and line.category == _GROWING)
+        return _drop_where(out, "backward", lambda line: line.instant == LATE and _growing(line))
     return _drop_where(out, "backward", lambda line: line.instant == HELD or
-                       (line.instant == LATE and line.category not in _AT_THE_END))
+                       (line.instant == LATE and not _at_the_end(line)))
 
 
 def _bytes(lines: list[Line], phase: str, chosen: Callable[[Line], bool]) -> int:
