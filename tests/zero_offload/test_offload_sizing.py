@@ -44,8 +44,10 @@ def test_lion_and_adagrad_plans_hold_one_state_tensor_not_adams_two() -> None:
         copies = OptimizerCopies(elements=1000, state_tensors=optimizer_state_tensors(name, {}), swap=swap)
         # master 4 + gradients 4 + one fp32 state 4, per element; the gradients are pinned
         assert copies.in_memory(pin=True) == OffloadPlan(12_000, 4000)
-        # in swap space: the master and the state; the gradients and 4 aligned buffers stay in host memory
-        assert copies.swapped(pin=False, alignment=4096) == OffloadPlan(4000 + 4 * 4096, 0, disk_bytes=8000)
+        # in swap space: the master and the state; the gradients and 4 aligned buffers stay in host memory,
+        # the pool's one allocation a block larger where it is not pinned (an aligned start is cut from it)
+        assert copies.swapped(pin=False, alignment=4096) == OffloadPlan(4000 + 5 * 4096, 0, disk_bytes=8000)
+        assert copies.swapped(pin=True, alignment=4096) == OffloadPlan(4000 + 4 * 4096, 4000 + 4 * 4096, 8000)
     adam = OptimizerCopies(elements=1000, state_tensors=optimizer_state_tensors("Adam", {}), swap=swap)
     assert adam.in_memory(pin=False) == OffloadPlan(16_000, 0)
 
