@@ -161,7 +161,8 @@ def swap_io_seconds(args: argparse.Namespace, nbytes: int) -> float:
                "--block-size", str(args.aio_block_size), "--queue-depth", str(args.aio_queue_depth),
                "--threads", str(args.aio_threads)]
     measured = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-    return nbytes / (measured["write_gbps"] * 1e9) + nbytes / (measured["read_gbps"] * 1e9)
+    write, read = float(measured["write_gbps"]), float(measured["read_gbps"])
+    return nbytes / (write * 1e9) + nbytes / (read * 1e9)
 
 
 def report(args: argparse.Namespace, per_rank: PerRank) -> int:

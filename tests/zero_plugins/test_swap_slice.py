@@ -2,12 +2,14 @@
 sub-group. No torch: the estimator's torch-free environments read the same formula."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from zero_plugins import POOL_SHARE, budget_slice_numel, swap_slice_numel
 
 MIB = 2**20
 BLOCK = MIB // 4  # fp32 elements of one default aio.block_size
-DEFAULTS = {"sub_group_size": 1_000_000_000, "state_tensors": 2, "buffer_count": 4, "block_size": MIB,
+DEFAULTS: dict[str, Any] = {"sub_group_size": 1_000_000_000, "state_tensors": 2, "buffer_count": 4, "block_size": MIB,
             "elementwise": True}  # DeepSpeed's defaults, with Adam
 
 
