@@ -212,7 +212,8 @@ def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
     at a time. The fp32 gradients stay in host memory (_offloaded_optimizer), as with `cpu`.
     """
     files = _SWAPPED_STATES[c.training.optimizer]
-    groups = shards.cut(_swap_slice(c, files).value, "G")
+    buffer_numel = _swap_slice(c, files)
+    groups = shards.cut(buffer_numel.value, "G")
     what = "fp32 master params in swap files, one per swap slice, in whole blocks"
     lines.add(Category.OPTIM_MASTER, "nvme", what, groups.blocked(4, "Gi"), ALWAYS)
     what = f"{_swapped_state_name(c)} (fp32) in swap files, one per tensor and swap slice, in whole blocks"
@@ -221,7 +222,7 @@ def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
         # A step count is not param-sized, so it is not swapped: the engine keeps it in (pageable) memory.
         what = "4-byte step count per swap slice, kept in host memory"
         lines.add(Category.OPTIM_STATE, "host", what, 4 * Q.var("KG", groups.count), ALWAYS)
-    pool = Q.var("nb", c.zero.optimizer_buffer_count) * blocks_q(4 * _swap_slice(c, files))
+    pool = Q.var("nb", c.zero.optimizer_buffer_count) * blocks_q(4 * buffer_numel)
     lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
     if c.zero.optimizer_buffer_count < 1 + files:
         c.notes.append(
