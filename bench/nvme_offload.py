@@ -13,7 +13,9 @@ and at each stage three rows: none (everything in device memory), cpu (`offload_
 {device: cpu}`) and nvme (`offload_optimizer: {device: nvme, nvme_path: DIR}`, `buffer_count`
 9, `pipeline_read` and `pipeline_write` on, the `aio` block from --aio-*: DeepSpeed's defaults
 unless given, e.g. what `zero swap bench --sweep` picks for the disk). cpu and nvme share
-`sub_group_size`, so the sub-groups are cut the same way.
+`sub_group_size`, by default DeepSpeed's (1e9: one sub-group of the whole partition): CPU offload
+steps it whole, NVMe offload in swap slices whose buffers stay within the pool's budget
+(zero_plugins.swap_slice_numel), printed with the pool's size.
 
 Reported per rank: the CPU allocator's peak over initialize and every step (zero-pin's exact count
 of torch's CPU allocator, started before the model is built, so its weights count too), the peak of
@@ -21,12 +23,12 @@ tensor bytes (a StorageTracker over the build and the first two steps), zero's l
 location, and the median time of the steps after the first two. Acceptance, per stage and rank:
 - nvme's allocator peak is below cpu's by at least 80% of the optimizer state's bytes (the fp32
   master and Adam's two moments of this rank's partition, 12 B per element);
-- nvme's median step time is at most 1.25 times cpu's;
+- nvme's median step time is at most 1.10 times the larger of cpu's and the disk time of the step's swap
+  I/O alone: every rank's master and moments written and read once through the swap backend with the
+  same aio settings (`zero swap bench` on DIR, all ranks' bytes, since they share the disk), so the step
+  is bound by the CPU step or by the disk, and the overlap hides the other;
 - the losses of cpu and nvme are equal step by step.
-Exits 1 unless all hold. Per stage it also prints how long the step's swap I/O takes alone (every
-rank's master and moments written and read once through the swap backend, `zero swap bench` on DIR):
-the overlap hides the I/O behind the sub-groups' steps, not behind forward and backward, so on a disk
-slow against the CPU step that is about what nvme adds. On this CPU machine the device and the host
+Exits 1 unless all hold. On this CPU machine the device and the host
 are one RAM, and the disk is whatever DIR is on: the times measure the CPU step and the swap I/O, not
 PCIe. Times are noisy on a shared machine: check `uptime` and rerun when the load is high.
 """
@@ -42,6 +44,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zero_plugins import swap_slice_numel
+
 from _peers_measure import MiB, PerRank, Runner, add_model_args, base_ds_config, count_params, zero_counted
 from _peers_run import add_run_args, main
 from stage3_vs_peers import ds_config as stage3_config
@@ -50,7 +54,7 @@ STAGES = (2, 3)
 OFFLOADS = ("none", "cpu", "nvme")
 ROWS = tuple(f"stage{stage}-{offload}" for stage in STAGES for offload in OFFLOADS)
 LOCATIONS = ("cpu", "host", "host.pinned", "nvme")
-PEAK_SHARE, STEP_RATIO = 0.8, 1.25  # the acceptance bars
+PEAK_SHARE, STEP_RATIO = 0.8, 1.10  # the acceptance bars
 
 
 def parse_args() -> argparse.Namespace:
@@ -62,7 +66,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nvme-path", default=str(Path(__file__).resolve().parents[1] / ".bench-nvme"),
                         help="swap directory (on a disk file system; default: .bench-nvme in the repository)")
     parser.add_argument("--persistence", type=int, default=10_000, help="stage3_param_persistence_threshold")
-    parser.add_argument("--sub-group-size", type=int, default=500_000)
+    parser.add_argument("--sub-group-size", type=int, default=1_000_000_000, help="DeepSpeed's default")
     parser.add_argument("--buffer-count", type=int, default=9)
     parser.add_argument("--aio-block-size", type=int, default=1_048_576, help="nvme's aio.block_size")
     parser.add_argument("--aio-queue-depth", type=int, default=8)
@@ -113,10 +117,16 @@ def report_stage(args: argparse.Namespace, per_rank: PerRank, stage: int) -> boo
     params = count_params(built)
     partition = math.ceil(params / args.ranks)
     state = 12 * partition  # the fp32 master and Adam's exp_avg and exp_avg_sq
+    slice_numel = swap_slice_numel(partition=partition, sub_group_size=args.sub_group_size, state_tensors=2,
+                                   buffer_count=args.buffer_count, block_size=args.aio_block_size, elementwise=True)
     print(f"\nstage {stage}: GPT-NeoX hidden {built.hidden}, {built.layers} layers, {params / 1e6:.1f}M params, "
           f"{args.ranks} ranks, bf16, sub_group_size {args.sub_group_size}, nvme buffer_count {args.buffer_count}")
     print(f"optimizer state per rank: {state / MiB:.1f} MiB (fp32 master {4 * partition / MiB:.1f} MiB, "
-          f"moments {8 * partition / MiB:.1f} MiB)")
+          f"moments {8 * partition / MiB:.1f} MiB); nvme swap slice {slice_numel} elements, pool "
+          f"{args.buffer_count * 4 * slice_numel / MiB:.1f} MiB")
+    io = swap_io_seconds(args, args.ranks * state)
+    print(f"the swap I/O of one step alone (every rank's state written and read once, `zero swap bench`, same disk "
+          f"and aio): {io:.3f} s")
     head = (f"{'rank':>4}  {'offload':<8}{'allocator peak':>16}{'peak tensors':>14}"
             + "".join(f"{'ledger ' + where:>20}" for where in LOCATIONS) + f"{'step s':>9}{'/ none':>8}")
     print(head)
@@ -131,29 +141,28 @@ def report_stage(args: argparse.Namespace, per_rank: PerRank, stage: int) -> boo
                   f"{r['peak_tensor_bytes'] / MiB:>10.1f} MiB{ledger}{median[offload]:>9.3f}"
                   f"{median[offload] / median['none']:>8.2f}")
         gap = rows["cpu"]["allocator_peak_bytes"] - rows["nvme"]["allocator_peak_bytes"]
-        ratio = median["nvme"] / median["cpu"]
+        bound = max(median["cpu"], io)
+        ratio = median["nvme"] / bound
         same = rows["cpu"]["losses"] == rows["nvme"]["losses"]
         print(f"      allocator peak: nvme {gap / MiB:.1f} MiB below cpu = {gap / state:.0%} of the optimizer state "
               f"(>= {PEAK_SHARE:.0%}): {'PASS' if gap >= PEAK_SHARE * state else 'FAIL'}")
-        print(f"      step time: nvme / cpu = {ratio:.2f} (<= {STEP_RATIO}): {'PASS' if ratio <= STEP_RATIO else 'FAIL'}; "
-              f"nvme {median['nvme'] - median['cpu']:.3f} s above cpu")
+        print(f"      step time: nvme / max(cpu {median['cpu']:.3f} s, disk {io:.3f} s) = {ratio:.2f} (<= {STEP_RATIO}): "
+              f"{'PASS' if ratio <= STEP_RATIO else 'FAIL'}; nvme / cpu = {median['nvme'] / median['cpu']:.2f}")
         print(f"      losses of nvme equal to cpu's step by step: {'PASS' if same else 'FAIL'}")
         passed = passed and gap >= PEAK_SHARE * state and ratio <= STEP_RATIO and same
-    io = swap_io_seconds(args, args.ranks * state)
-    print(f"      the swap I/O of one step alone (every rank's state written and read once, `zero swap bench`, "
-          f"same disk and aio): {io:.3f} s")
     return passed
 
 
 def swap_io_seconds(args: argparse.Namespace, nbytes: int) -> float:
     """Seconds to write then read `nbytes` through the swap backend on the nvme path: the step's I/O with nothing
-    else running, which the overlap can hide only behind the step's own compute."""
+    else running, the disk's bound on the step."""
     zero = Path(sys.executable).with_name("zero")
     command = [str(zero), "swap", "bench", "--path", args.nvme_path, "--size", str(nbytes), "--json",
                "--block-size", str(args.aio_block_size), "--queue-depth", str(args.aio_queue_depth),
                "--threads", str(args.aio_threads)]
     measured = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-    return nbytes / (measured["write_gbps"] * 1e9) + nbytes / (measured["read_gbps"] * 1e9)
+    write, read = float(measured["write_gbps"]), float(measured["read_gbps"])
+    return nbytes / (write * 1e9) + nbytes / (read * 1e9)
 
 
 def report(args: argparse.Namespace, per_rank: PerRank) -> int:

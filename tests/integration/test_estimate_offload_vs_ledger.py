@@ -13,7 +13,9 @@ NVMe cases (zero-offload's `nvme` device, swap files in a directory where O_DIRE
 second module whose shards span several 4 KiB blocks (tests/zero_estimate/test_nvme_lines.py
 computes its figures by hand), with sub_group_size 1500 so that each optimizer shard is cut
 into sub-groups: a swap file per sub-group and per state tensor at `nvme`, the step counts at
-`host`, and each swap-buffer pool at `host.pinned` (or `host`, a block larger, unpinned).
+`host`, and each swap-buffer pool at `host.pinned` (or `host`, a block larger, unpinned). One case
+keeps the default sub_group_size with 4 KiB aio blocks: the shards are cut into the budget's swap
+slices of one block (1024 elements) instead.
 """
 from __future__ import annotations
 
@@ -66,14 +68,19 @@ NVME_PIPELINED = {"offload_optimizer": {"device": "nvme", "buffer_count": 6, "pi
 NVME_PARAM = {"offload_param": {"device": "nvme", "buffer_count": 5, "buffer_size": 2000, "max_in_cpu": 5000}}
 NVME_UNPINNED = {"offload_optimizer": {**NVME_OPTIMIZER["offload_optimizer"], "pin_memory": False},
                  "offload_param": {**NVME_PARAM["offload_param"], "pin_memory": False}}
-# name: (stage, offload blocks); nvme_path is filled in when the engines run
-NVME_CASES: dict[str, tuple[int, dict[str, Any]]] = {
-    "nvme-stage1-optimizer": (1, NVME_OPTIMIZER),
-    "nvme-stage2-optimizer-pipelined": (2, NVME_PIPELINED),
-    "nvme-stage3-optimizer": (3, NVME_OPTIMIZER),
-    "nvme-stage3-param": (3, NVME_PARAM),
-    "nvme-stage3-optimizer-and-param": (3, {**NVME_PIPELINED, **NVME_PARAM}),
-    "nvme-stage3-unpinned": (3, NVME_UNPINNED),
+# How the optimizer's swap slices are cut: sub_group_size and aio.block_size. SUB_GROUPS: as above, below the
+# budget's slice (one 1 MiB block); BUDGET_SLICES: the default sub_group_size, with slices of one 4 KiB block.
+SUB_GROUPS = {"sub_group_size": SUB_GROUP, "aio_block_size": 2**20}
+BUDGET_SLICES = {"sub_group_size": 10**9, "aio_block_size": 4096}
+# name: (stage, offload blocks, slicing); nvme_path is filled in when the engines run
+NVME_CASES: dict[str, tuple[int, dict[str, Any], dict[str, int]]] = {
+    "nvme-stage1-optimizer": (1, NVME_OPTIMIZER, SUB_GROUPS),
+    "nvme-stage2-optimizer-pipelined": (2, NVME_PIPELINED, SUB_GROUPS),
+    "nvme-stage2-optimizer-budget-slices": (2, NVME_OPTIMIZER, BUDGET_SLICES),
+    "nvme-stage3-optimizer": (3, NVME_OPTIMIZER, SUB_GROUPS),
+    "nvme-stage3-param": (3, NVME_PARAM, SUB_GROUPS),
+    "nvme-stage3-optimizer-and-param": (3, {**NVME_PIPELINED, **NVME_PARAM}, SUB_GROUPS),
+    "nvme-stage3-unpinned": (3, NVME_UNPINNED, SUB_GROUPS),
 }
 NVME_WHERE = ("host", "host.pinned", "nvme")
 
@@ -129,20 +136,21 @@ def _estimate(stage: int, offload: dict[str, Any], accum: int) -> ze.Estimate:
     return ze.estimate(ze.from_module(_model()), ze.Cluster(WORLD, page_size=PAGE), training, zero)
 
 
-def _nvme_config(stage: int, offload: dict[str, Any], nvme_path: str) -> dict[str, Any]:
+def _nvme_config(stage: int, offload: dict[str, Any], slicing: dict[str, int], nvme_path: str) -> dict[str, Any]:
     blocks = {key: {**block, "nvme_path": nvme_path} for key, block in offload.items()}
     config = _config(stage, blocks, 1)
-    config["zero_optimization"].update(reduce_bucket_size=NVME_BUCKET, sub_group_size=SUB_GROUP,
+    config["zero_optimization"].update(reduce_bucket_size=NVME_BUCKET, sub_group_size=slicing["sub_group_size"],
                                        stage3_param_persistence_threshold=NVME_THRESHOLD)
+    config["aio"] = {"block_size": slicing["aio_block_size"]}
     return config
 
 
-def _nvme_estimate(stage: int, offload: dict[str, Any]) -> ze.Estimate:
+def _nvme_estimate(stage: int, offload: dict[str, Any], slicing: dict[str, int]) -> ze.Estimate:
     optimizer = offload.get("offload_optimizer", {"device": "none"})
     param = offload.get("offload_param", {"device": "none"})
     zero = ze.ZeroSettings(
         stage=stage, offload_optimizer=optimizer["device"], offload_param=param["device"],
-        reduce_bucket_size=NVME_BUCKET, stage3_param_persistence_threshold=NVME_THRESHOLD, sub_group_size=SUB_GROUP,
+        reduce_bucket_size=NVME_BUCKET, stage3_param_persistence_threshold=NVME_THRESHOLD, **slicing,
         pin_memory=optimizer.get("pin_memory", param.get("pin_memory", True)),
         optimizer_buffer_count=optimizer.get("buffer_count", 4), param_buffer_count=param.get("buffer_count", 5),
         param_buffer_size=param.get("buffer_size", 100_000_000), param_max_in_cpu=param.get("max_in_cpu", 10**9))
@@ -154,8 +162,9 @@ def _nvme_ledgers(rank: int, world_size: int, nvme_path: str) -> dict[str, dict[
     import zero_core
 
     found = {}
-    for name, (stage, offload) in NVME_CASES.items():
-        engine, _, _, _ = zero_core.initialize(model=_nvme_model(), config=_nvme_config(stage, offload, nvme_path))
+    for name, (stage, offload, slicing) in NVME_CASES.items():
+        config = _nvme_config(stage, offload, slicing, nvme_path)
+        engine, _, _, _ = zero_core.initialize(model=_nvme_model(), config=config)
         loss = engine(torch.randn(2, 5, dtype=torch.bfloat16)).float().pow(2).mean()
         engine.backward(loss)
         engine.step()  # the optimizer state (and its swap files) exists from the first step on
@@ -240,8 +249,14 @@ def test_each_nvme_swap_pool_is_one_line_and_the_ledger_sums_them(nvme_ledgers) 
     assert nvme_ledgers[0]["nvme-stage3-optimizer-and-param"]["host.pinned"]["swap.buffer"] == sum(pools)
 
 
+def test_the_default_nvme_sub_group_is_cut_into_one_block_slices(nvme_ledgers) -> None:  # type: ignore[no-untyped-def]
+    found = nvme_ledgers[0]["nvme-stage2-optimizer-budget-slices"]
+    assert found["host"]["optim.state"] == 6 * 4  # step counts: 2404 = 1024 + 1024 + 356, 3003 = 1024 + 1024 + 955
+    assert found["host.pinned"]["swap.buffer"] == 4 * 4096
+
+
 def test_nothing_of_the_nvme_optimizer_stays_on_the_device(nvme_ledgers) -> None:  # type: ignore[no-untyped-def]
-    for name, (_, offload) in NVME_CASES.items():
+    for name, (_, offload, _) in NVME_CASES.items():
         if "offload_optimizer" in offload:
             assert not {c for c in nvme_ledgers[0][name]["cpu"] if c.startswith("optim.")}, name
 

@@ -10,7 +10,8 @@ has a tied embedding, a frozen base under a LoRA adapter and small params that s
 stage 3; the config's scheduler (WarmupLR) and AdamW's state must come back too, or the
 losses drift. Cases: stage 2 -> stage 3 on 1 and 2 ranks, stage 3 -> stage 2, stage 1 with
 CPU offload -> stage 3 without, and stage 3 with both offloads -> stage 2 on 1 rank, and NVMe offload of the optimizer state and
-of the partitions past `max_in_cpu`, saved from and loaded into swap files.
+of the partitions past `max_in_cpu`, saved from and loaded into swap files, and NVMe offload at the default
+sub_group_size, whose budget slices are cut one way at stage 2 and another at stage 3.
 """
 from __future__ import annotations
 
@@ -32,14 +33,16 @@ NVME_PATH = "<nvme>"  # replaced by a directory where O_DIRECT works, per run
 NVME = {"offload_optimizer": {"device": "nvme", "nvme_path": NVME_PATH, "buffer_count": 6, "pipeline_read": True},
         "offload_param": {"device": "nvme", "nvme_path": NVME_PATH, "max_in_cpu": 1000, "buffer_size": 4096},
         "sub_group_size": 700}
+# The default sub_group_size: the swapped master is cut into budget slices of one 4 KiB block (aio below).
+NVME_SLICES = {"offload_optimizer": {"device": "nvme", "nvme_path": NVME_PATH}}
 
 
 def _config(stage: int, world_size: int, offload: dict[str, Any]) -> dict[str, Any]:
-    if offload is NVME:
-        swap = os.environ["ZERO_TEST_NVME_PATH"]
-        offload = {**NVME, "offload_optimizer": {**NVME["offload_optimizer"], "nvme_path": swap},
-                   "offload_param": {**NVME["offload_param"], "nvme_path": swap}}
+    offload = {key: {**block, "nvme_path": os.environ["ZERO_TEST_NVME_PATH"]}
+               if isinstance(block, dict) and block.get("nvme_path") == NVME_PATH else block
+               for key, block in offload.items()}
     return {
+        "aio": {"block_size": 4096},
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size, "gradient_accumulation_steps": 1,
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01, **({} if offload else {"fused": True})}},
@@ -103,6 +106,7 @@ CASES: dict[str, tuple[tuple[int, dict[str, Any]], tuple[int, int, dict[str, Any
     "stage2-to-stage3-both-offloads": ((2, {}), (3, 2, BOTH)),
     "stage3-nvme-to-stage2-1rank": ((3, NVME), (2, 1, {})),
     "stage1-to-stage3-nvme": ((1, {}), (3, 2, NVME)),
+    "stage2-nvme-slices-to-stage3-nvme-slices-1rank": ((2, NVME_SLICES), (3, 1, NVME_SLICES)),
 }
 
 

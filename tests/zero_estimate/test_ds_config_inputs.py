@@ -68,6 +68,8 @@ MAPPINGS = [
      {}, {"stage3_prefetch_bucket_size": 1_000_000, "stage3_param_persistence_threshold": 0,
           "stage3_max_live_parameters": 9}),
     ({"zero_optimization": {"memory_efficient_linear": False}}, {}, {"memory_efficient_linear": False}),
+    # NVMe offload's swap slices are whole aio blocks
+    ({"aio": {"block_size": 8388608}}, {}, {"aio_block_size": 8_388_608}),
 ]
 
 

@@ -55,6 +55,7 @@ SPEC = ModelSpec.from_modules(
 )
 SETTINGS = {"reduce_bucket_size": 8000, "stage3_param_persistence_threshold": 1000, "sub_group_size": 1500}
 BLOCK = 4096
+MIB = 2**20  # the default aio.block_size: NVMe swap slices are whole blocks of it
 
 
 def _estimate(stage: int, training: Training | None = None, **zero) -> object:
@@ -75,7 +76,7 @@ def test_stage_1_and_2_cut_each_bucket_shard_into_sub_groups_each_a_file_in_whol
     result = _estimate(stage)
     master = 3 * 8192 + 4096 + 4096  # 1500, 1500, 1500, 904 and 3 elements of fp32
     assert _at(result, "nvme") == {"optim.master": master, "optim.state": 2 * master}  # Adam: m and v, a file each
-    assert _at(result, "host") == {"optim.state": 5 * 4}  # a 4-byte step count per sub-group, not swapped
+    assert _at(result, "host") == {"optim.state": 5 * 4}  # a 4-byte step count per swap slice, not swapped
     # the fp32 grads stay in pinned host memory exactly as with `cpu`; the pool is one pinned allocation
     grads = "optim.grad" if stage == 1 else "grad.partition"
     assert _at(result, "host.pinned") == {grads: pages(4 * 2404, PAGE) + pages(4 * 3003, PAGE),
@@ -176,19 +177,46 @@ def test_a_param_buffer_below_the_largest_file_is_noted():
     assert "at least 3,603" in note
 
 
-def test_bare_counts_take_one_shard_and_its_sub_groups_as_a_lower_bound():
+def test_bare_counts_take_one_shard_and_its_swap_slices_as_a_lower_bound():
     spec = from_numbers(10_000_001, 1_000_000)
     zero = ZeroSettings(stage=3, offload_optimizer="nvme", offload_param="nvme", sub_group_size=2_000_000,
                         param_max_in_cpu=1_000_000)
     result = estimate(spec, Cluster(4, page_size=PAGE), Training(), zero)
-    # one shard of 2,500,001: sub-groups of 2,000,000 and 500,001
-    master = blocks(8_000_000) + blocks(2_000_004)
+    # one shard of 2,500,001, cut into slices of one 1 MiB aio block (the budget, 3 x 2,500,001 / (16 x 4) =
+    # 117,187 elements, is below one): 9 x 262,144 + 140,705
+    master = 9 * MIB + blocks(4 * 140_705)
     assert _at(result, "nvme") == {"optim.master": master, "optim.state": 2 * master,
                                    "param.partition": blocks(2 * 2_500_001)}  # past max_in_cpu
-    assert _at(result, "host") == {"optim.state": 8}
+    assert _at(result, "host") == {"optim.state": 10 * 4}
     assert _at(result, "host.pinned") == {"grad.partition": pages(4 * 2_500_001, PAGE),
-                                          "swap.buffer": 4 * blocks(8_000_000) + 5 * blocks(2 * 2_500_001)}
+                                          "swap.buffer": 4 * MIB + 5 * blocks(2 * 2_500_001)}
     assert [note for note in result.notes if "lower bounds" in note]
+
+
+def test_the_default_sub_group_is_swapped_in_budget_slices_within_a_sixteenth_of_the_state():
+    # 7B on 8 ranks at DeepSpeed's defaults: one sub-group of the whole 875M-element partition, once 4 buffers
+    # of 3.5 GB; now 4 buffers of 156 blocks, 656 MB at most (1/16 of 12 B x 875M)
+    spec = from_numbers(7_000_000_000, 7_000_000_000)
+    zero = ZeroSettings(stage=3, offload_optimizer="nvme")
+    result = estimate(spec, Cluster(8, page_size=PAGE), Training(), zero)
+    pool = _at(result, "host.pinned")["swap.buffer"]
+    assert pool == 4 * 156 * MIB <= 12 * 875_000_000 // 16
+    line = next(line for line in result.lines if line.category == "swap.buffer")
+    assert line.numbers == "4 * blocks(4 * min(1,000,000,000, ceil(7,000,000,000/8), 40,894,464))"
+
+
+def test_the_budget_follows_aio_block_size_and_buffer_count():
+    spec = from_numbers(7_000_000_000, 7_000_000_000)
+    zero = ZeroSettings(stage=3, offload_optimizer="nvme", optimizer_buffer_count=9, aio_block_size=8 * MIB)
+    pool = _at(estimate(spec, Cluster(8, page_size=PAGE), Training(), zero), "host.pinned")["swap.buffer"]
+    assert pool == 9 * 8 * MIB * (3 * 875_000_000 // (16 * 9) // (2 * MIB))  # whole 8 MiB blocks: 8 of them
+
+
+def test_adafactor_steps_whole_sub_groups_so_its_buffers_hold_one():
+    spec = from_numbers(7_000_000_000, 7_000_000_000)
+    zero = ZeroSettings(stage=3, offload_optimizer="nvme", sub_group_size=100_000_000)
+    result = estimate(spec, Cluster(8, page_size=PAGE), Training(optimizer="adafactor"), zero)
+    assert _at(result, "host.pinned")["swap.buffer"] == 4 * blocks(400_000_000)
 
 
 def test_the_formulas_name_the_sub_groups_and_blocks():
@@ -196,7 +224,7 @@ def test_the_formulas_name_the_sub_groups_and_blocks():
     master = lines["optim.master", "nvme"]
     assert master.formula == "sum blocks(4 * Gi)" and master.numbers == "3 x blocks(4 * 1,500) + 1 x blocks(4 * 904) + 1 x blocks(4 * 3)"
     assert lines["optim.state", "host"].formula == "4 * KG"
-    assert lines["swap.buffer", "host.pinned"].formula == "nb * blocks(4 * min(SG, ceil(T/N)))"
+    assert lines["swap.buffer", "host.pinned"].formula == "nb * blocks(4 * min(SG, ceil(T/N), SL))"
 
 
 def test_optimizer_nvme_is_estimated_at_stages_1_to_3(capsys):
@@ -222,11 +250,12 @@ def test_the_param_flags_reach_the_estimate(capsys):
     code, out, _ = run_main(capsys, "estimate", "--preset", "gpt2-xl", "--gpus", "2", "--offload-param", "nvme",
                             "--max-in-cpu", "0", "--param-buffer-count", "2", "--param-buffer-size", "1000",
                             "--optimizer-buffer-count", "9", "--offload-optimizer", "nvme", "--sub-group-size",
-                            "1e8", "--json")
+                            "1e6", "--json")
     assert code == 0
     (result,) = json.loads(out)["estimates"]
     buffers = [line for line in result["lines"] if line["category"] == "swap.buffer"]
-    assert [line["bytes"] for line in buffers] == [2 * blocks(2 * 1000), 9 * blocks(4 * 100_000_000)]
+    # a sub-group below the budget's slice (16M elements of gpt2-xl's 779M per rank, 9 buffers) is kept
+    assert [line["bytes"] for line in buffers] == [2 * blocks(2 * 1000), 9 * blocks(4 * 1_000_000)]
     assert {line["location"] for line in result["lines"] if line["category"] == "param.partition"} == {"nvme"}
 
 
@@ -235,7 +264,7 @@ def test_explain_defines_the_nvme_symbols(capsys):
                             "--offload-param", "nvme", "--max-in-cpu", "0", "--explain")
     assert code == 0
     legend = out.split("Symbols:")[1].split("\n\n")[0]
-    for symbol in ("Gi", "KG", "Ui", "blocks", "nb", "bs", "SG"):
+    for symbol in ("Gi", "KG", "Ui", "blocks", "nb", "bs", "SG", "SL"):
         assert f"\n  {symbol:<3} " in legend, symbol
 
 

@@ -3,7 +3,8 @@
 Two gloo ranks count torch's CPU allocator (zero-pin's exact count, started before any model is built)
 and train the same bf16 model (one linear, so stage 3 has one unit) on the same data, at stages 2 and 3,
 once with `offload_optimizer: cpu` and once with `nvme` (9 buffers of 16384 elements, reading ahead and
-writing behind). Per run, two peaks, each as the rise above what was counted before `initialize`:
+writing behind: a sub_group_size below the budget's swap slice, so NVMe cuts the sub-groups CPU offload
+does; test_nvme_default_budget.py covers the default sub_group_size, cut finer). Per run, two peaks, each as the rise above what was counted before `initialize`:
 - initialize: nvme's is cpu's minus the fp32 master plus the swap pool (the optimizer state is made by
   the first step);
 - three training steps: nvme's is cpu's minus the host ledger's difference (the master and Adam's two

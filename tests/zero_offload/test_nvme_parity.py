@@ -5,7 +5,10 @@ once with `nvme` under a directory where O_DIRECT works. Sub-groups are cut the 
 both, and the CPU optimizer is the same, so losses, final weights and the optimizer state
 read back from the swap files must be equal, not close. Cases cover stages 1-3, bf16,
 accumulation, many sub-groups with read-ahead and write-behind, too few buffers to pipeline,
-and NVMe optimizer state beside CPU-offloaded parameters at stage 3.
+NVMe optimizer state beside CPU-offloaded parameters at stage 3, and the default sub_group_size,
+where NVMe cuts the master into budget slices finer than CPU offload's sub-groups (zero-offload's
+optimizers step each element alone, so the cut changes no bit; at stage 3 this model's unit shards
+are a slice each: test_nvme_default_budget.py cuts one at stage 3).
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ NVME_CASES: dict[str, dict[str, Any]] = {
     "stage3-both-on-nvme-fp32": {"stage": 3, "params": "nvme", "max_in_cpu": 0, "buffers": 9, "pipeline": True,
                                  "prefetch": 1200},
     "stage3-both-on-nvme-bf16-split": {"stage": 3, "bf16": True, "params": "nvme", "max_in_cpu": 1500, "accum": 2},
+    # the default sub_group_size: CPU offload steps whole tensors, NVMe 1024-element budget slices (4 KiB blocks)
+    "stage2-default-sub-group-sliced": {"stage": 2, "aio_block": 4096, "buffers": 6, "pipeline": True},
 }
 
 
@@ -46,6 +51,8 @@ def _config(case: dict[str, Any], device: str, nvme_path: str) -> dict[str, Any]
         offload["offload_param"] = {"device": "nvme", "nvme_path": nvme_path, "buffer_count": 3,
                                     "buffer_size": 4096, "max_in_cpu": case["max_in_cpu"]}
     config = ds_config({**case, "offload": offload}, offload=True)
+    if "aio_block" in case:
+        config["aio"] = {"block_size": case["aio_block"]}
     if "prefetch" in case:  # a window smaller than the model: later partitions are read ahead, not gathered
         config["zero_optimization"]["stage3_prefetch_bucket_size"] = case["prefetch"]
     return config
@@ -104,3 +111,9 @@ def test_swap_files_name_rank_and_kind_and_are_removed_at_destroy(results: Any, 
         assert {f.split("/")[0] for f in nvme["files"]} == {results[0][name]["nvme"]["files"][0].split("/")[0]}
         assert any(f.endswith(".exp_avg_sq.swp") for f in nvme["files"])
         assert nvme["left"] == []
+
+
+def test_the_default_sub_group_is_swapped_in_budget_slices(results: Any) -> None:
+    for rank_results in results:
+        files = rank_results["stage2-default-sub-group-sliced"]["nvme"]["files"]
+        assert any(".sub1." in file for file in files), files

@@ -18,6 +18,7 @@ from ._settings import OFFLOAD_DEVICES, Training, ZeroSettings
 
 if TYPE_CHECKING:  # pydantic is imported when a config is read, so estimates from counts start fast
     from zero_plugins.ds_config import (
+        AioConfig,
         ConfigError,
         OffloadOptimizerConfig,
         OffloadParamConfig,
@@ -76,7 +77,7 @@ def settings_from_ds_config(
             resolve_batch_sizes(config, world_size)
     except ConfigError as error:
         raise _same_message(error) from None
-    return _training(config, checkpointing, seq_len), _zero(config.zero_optimization)
+    return _training(config, checkpointing, seq_len), _zero(config.zero_optimization, config.aio)
 
 
 def with_stage(zero: ZeroSettings, stage: int) -> ZeroSettings:
@@ -150,8 +151,9 @@ def _optimizer(config: ZeroConfig) -> str:
     return _OPTIMIZERS[name.lower()]
 
 
-def _zero(block: ZeroOptimizationConfig) -> ZeroSettings:
-    """ZeroSettings from the keys the config sets; those it leaves out keep ZeroSettings' defaults (DeepSpeed's)."""
+def _zero(block: ZeroOptimizationConfig, aio: AioConfig) -> ZeroSettings:
+    """ZeroSettings from the keys the config sets; those it leaves out keep ZeroSettings' defaults (DeepSpeed's).
+    `aio.block_size` comes along: NVMe offload's swap slices are whole blocks of it."""
     given = block.model_fields_set
     fields: dict[str, Any] = {name: getattr(block, name) for name in ("stage", *_ZERO_COUNTS) if name in given}
     if "overlap_comm" in given:
@@ -160,6 +162,8 @@ def _zero(block: ZeroOptimizationConfig) -> ZeroSettings:
         if name in given:
             fields[name] = getattr(block, name)
     fields.update(_offload(block.offload_optimizer, block.offload_param))
+    if "block_size" in aio.model_fields_set:
+        fields["aio_block_size"] = aio.block_size
     try:
         return ZeroSettings(**fields)
     except EstimateError as error:
@@ -191,6 +195,8 @@ def _offload(optimizer: OffloadOptimizerConfig | None, param: OffloadParamConfig
 
 
 def _zero_key(field: str) -> str:
+    if field == "aio_block_size":
+        return "aio.block_size"
     return f"zero_optimization.{_OFFLOAD_KEYS.get(field, field)}"
 
 

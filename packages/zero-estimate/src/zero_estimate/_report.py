@@ -27,9 +27,11 @@ SYMBOLS = {
     "stays within offload_param.max_in_cpu",
     "Un": "elements of the 16-bit shards in swap files: every unit from the first past max_in_cpu on",
     "Ui": "one 16-bit unit shard: a buffer, or with NVMe a swap file, of its own",
-    "Gi": "one optimizer sub-group with NVMe: a piece of at most min(SG, ceil(T/N)) elements of a shard Si; "
+    "Gi": "one optimizer swap slice with NVMe: a piece of at most min(SG, ceil(T/N), SL) elements of a shard Si; "
     "its master and each state tensor are a swap file",
-    "KG": "how many sub-groups there are: each keeps a step count in host memory",
+    "KG": "how many swap slices there are: each keeps a step count in host memory",
+    "SL": "the swap slice the NVMe buffers' budget allows: nb buffers within 1/16 of the master and state, "
+    "in whole aio.block_size blocks, at least one (not for Adafactor, which steps whole sub-groups)",
     "pages": "bytes rounded up to whole pages of the host (page_size): pinned memory is locked in pages",
     "blocks": "bytes rounded up to whole 4 KiB blocks: swap files and swap buffers are moved with O_DIRECT",
     "Pp": "params kept whole by stage3_param_persistence_threshold",

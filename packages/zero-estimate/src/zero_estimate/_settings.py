@@ -154,6 +154,7 @@ class ZeroSettings:
     param_buffer_size: int = 100_000_000  # offload_param.buffer_size, in elements
     param_max_in_cpu: int = 1_000_000_000  # offload_param.max_in_cpu: NVMe, elements kept in host memory
     step_in_backward: bool = False  # stage 3 steps each unit as its gradient is reduced (zero's own opt-in)
+    aio_block_size: int = 1_048_576  # aio.block_size: NVMe swap slices are whole blocks (zero_plugins.swap_slice_numel)
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
@@ -173,6 +174,7 @@ class ZeroSettings:
             "param_max_in_cpu",
         ):
             _checks.count(getattr(self, name), name, minimum=0)
+        _checks.count(self.aio_block_size, "aio_block_size")
         if self.offload_optimizer != "none" and self.stage == 0:
             raise EstimateError("offloading the optimizer needs ZeRO stage 1, 2 or 3", "offload_optimizer")
         if self.offload_param != "none" and self.stage != 3:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from zero_plugins import Category
+from zero_plugins import Category, budget_slice_numel
 from zero_plugins.placement import DTYPE_BYTES, Copy, StepGranularity
 
 from ._errors import EstimateError
@@ -39,7 +39,7 @@ from ._spec import ModelSpec
 STATE_BYTES = {"adamw": 8, "adam": 8, "sgd-momentum": 4, "sgd": 0}
 _STATE_NAMES = {"adamw": "Adam m and v", "adam": "Adam m and v", "sgd-momentum": "SGD momentum", "sgd": "SGD: none"}
 # With the optimizer on NVMe: each optimizer's param-sized fp32 state tensors (a swap file each per
-# sub-group), and whether it keeps a 4-byte step count per tensor (which stays in host memory).
+# swap slice), and whether it keeps a 4-byte step count per tensor (which stays in host memory).
 _SWAPPED_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "adafactor": 1}
 _STEP_COUNTS = {"adamw": True, "adam": True, "sgd-momentum": False, "sgd": False, "adafactor": True}
 
@@ -233,22 +233,20 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
 
 
 def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
-    """zero-offload's `nvme` device: each master shard cut into sub-groups, and each sub-group's master and
-    state tensors a swap file of their own; the step reads them into `buffer_count` buffers one sub-group
+    """zero-offload's `nvme` device: each master shard cut into swap slices, and each slice's master and
+    state tensors a swap file of their own; the step reads them into `buffer_count` buffers one slice
     at a time. The fp32 gradients stay in host memory (_offloaded_optimizer), as with `cpu`.
     """
-    # One buffer holds a sub-group, or the whole partition when that is smaller (at least 1 element).
-    partition = c.T.per(c.N)
-    buffer_numel = smallest(Q.var("SG", c.zero.sub_group_size), partition) if partition.value else Q.const(1)
-    groups = shards.cut(buffer_numel.value, "G")
     files = _SWAPPED_STATES[c.training.optimizer]
-    what = "fp32 master params in swap files, one per sub-group, in whole blocks"
+    buffer_numel = _swap_slice(c, files)
+    groups = shards.cut(buffer_numel.value, "G")
+    what = "fp32 master params in swap files, one per swap slice, in whole blocks"
     lines.add(Category.OPTIM_MASTER, "nvme", what, groups.blocked(4, "Gi"), ALWAYS)
-    what = f"{_swapped_state_name(c)} (fp32) in swap files, one per tensor and sub-group, in whole blocks"
+    what = f"{_swapped_state_name(c)} (fp32) in swap files, one per tensor and swap slice, in whole blocks"
     lines.add(Category.OPTIM_STATE, "nvme", what, files * groups.blocked(4, "Gi"), ALWAYS)
     if _STEP_COUNTS[c.training.optimizer]:
         # A step count is not param-sized, so it is not swapped: the engine keeps it in (pageable) memory.
-        what = "4-byte step count per sub-group, kept in host memory"
+        what = "4-byte step count per swap slice, kept in host memory"
         lines.add(Category.OPTIM_STATE, "host", what, 4 * Q.var("KG", groups.count), ALWAYS)
     pool = Q.var("nb", c.zero.optimizer_buffer_count) * blocks_q(4 * buffer_numel)
     lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
@@ -258,6 +256,21 @@ def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
             f"tensors per sub-group (the fp32 master and {files} state tensor(s)): the engine refuses it at the "
             f"first step; set it to at least {1 + files}"
         )
+
+
+def _swap_slice(c: _Context, files: int) -> Q:
+    """Elements of one swap buffer, as the engine sizes it (zero_plugins.swap_slice_numel): a sub-group, or the
+    whole partition when that is smaller (at least 1 element), or less, the budget's slice SL, for an optimizer
+    that steps element by element (all but Adafactor, whose step reads the whole tensor's norm)."""
+    partition = c.T.per(c.N)
+    if not partition.value:
+        return Q.const(1)
+    sizes = [Q.var("SG", c.zero.sub_group_size), partition]
+    if c.training.optimizer != "adafactor":
+        sizes.append(Q.var("SL", budget_slice_numel(partition=partition.value, state_tensors=files,
+                                                    buffer_count=c.zero.optimizer_buffer_count,
+                                                    block_size=c.zero.aio_block_size)))
+    return smallest(*sizes)
 
 
 def _swapped_state_name(c: _Context) -> str:

@@ -30,7 +30,7 @@ class CpuOffloadDevice(OffloadDevice):
 
     def check_capacity(self, plan: OffloadPlan) -> None:
         check_host_memory(plan, self.settings)
-        if self.settings.pin_memory and _backend_pins(self.settings.accelerator):
+        if self.settings.pin_memory and backend_pins(self.settings.accelerator):
             check_pinned_memory(plan, self.settings)
 
     def allocate(self, numel: int, dtype: torch.dtype, category: Category, *, pin: bool) -> torch.Tensor:
@@ -69,7 +69,7 @@ class CpuOffloadDevice(OffloadDevice):
         return classes.get(name)
 
 
-def _backend_pins(accelerator: Accelerator) -> bool:
+def backend_pins(accelerator: Accelerator) -> bool:
     """Whether the selected pin backend really locks memory here (torch's is a no-op without an accelerator)."""
     probe = accelerator.empty_pinned(1, torch.float32)
     return accelerator.is_pinned(probe)

@@ -17,6 +17,7 @@ from ._manager import (
 from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from ._versions import installed_zero_distributions
 from ._registry import Checkable, NamedRegistry, Registration, Status
+from ._swap_slice import POOL_SHARE, budget_slice_numel, swap_slice_numel
 from ._output import CommandResult, format_table
 from ._user_files import (
     MAX_CONFIG_BYTES,
@@ -47,6 +48,9 @@ __all__ = [
     "CommandTable",
     "add_action_json_flag",
     "DISABLE_ENV",
+    "POOL_SHARE",
+    "budget_slice_numel",
+    "swap_slice_numel",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
     "Checkable",

@@ -73,7 +73,7 @@ def assemble_engine(
     check_model(model, param_groups)
     check_ranks_agree(model, config)  # before the first collective that a difference would hang
     check_no_float64(model)
-    offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm)
+    offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm, optimizer)
     homes = build_homes(device, ledger, dtype, offload, policy.plan,
                         sub_group_numel=config.zero_optimization.sub_group_size)
     order = {id(p): index for index, p in enumerate(model.parameters())}

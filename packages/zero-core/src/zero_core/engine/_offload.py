@@ -5,7 +5,9 @@ this rank's partition at its device; `offload_param` (stage 3) places the 16-bit
 partitions at its device. Each device is found by name in zero-core's registry
 (zero-offload provides `cpu` and `nvme`), and asked to size this rank's copies
 (`OffloadDevice.plan`, with the optimizer's own state size), so that a shortfall of host
-memory, locked memory or disk is one error here.
+memory, locked memory or disk is one error here. With swap space, the optimizer's buffers
+each hold one swap slice (`zero_plugins.swap_slice_numel`): a budget's share of the state,
+not a whole sub-group, where the optimizer steps element by element.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 import torch
+from zero_plugins import swap_slice_numel
 
 from ..accelerator import Accelerator
 from ..comm import Collectives
@@ -31,8 +34,9 @@ from ..offload import (
     offload_device_registry,
     open_offload_device,
     optimizer_state_tensors,
+    steps_elementwise,
 )
-from ..sharding import COMPUTE_DTYPES, ParamGroup, StagePolicy
+from ..sharding import COMPUTE_DTYPES, OptimizerFactory, ParamGroup, StagePolicy
 
 if TYPE_CHECKING:
     from zero_plugins.ds_config import OffloadOptimizerConfig, OffloadParamConfig, ZeroConfig
@@ -41,7 +45,9 @@ if TYPE_CHECKING:
 def open_offload_devices(
     model: torch.nn.Module, param_groups: list[ParamGroup], config: ZeroConfig, policy: StagePolicy,
     accelerator: Accelerator, ledger: MemoryLedger, comm: Collectives,
+    client: torch.optim.Optimizer | OptimizerFactory | None = None,
 ) -> OffloadDevices:
+    """`client`: the optimizer (or factory) passed to initialize, which steps instead of the config's."""
     zero = config.zero_optimization
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     blocks = [b for b in (zero.offload_optimizer, zero.offload_param) if b is not None and b.device != "none"]
@@ -58,10 +64,14 @@ def open_offload_devices(
         device = open_for(block, "zero_optimization.offload_optimizer")
         trainable = sum(p.numel() for group in param_groups for p in group.params)
         partition = math.ceil(trainable / comm.world_size)
-        swap = SwapSettings(buffer_count=block.buffer_count, buffer_numel=min(zero.sub_group_size, max(partition, 1)),
-                            pipeline_read=bool(block.pipeline_read), pipeline_write=bool(block.pipeline_write))
         kind = config.optimizer.type if config.optimizer is not None else None
         state = optimizer_state_tensors(kind, config.optimizer.params if config.optimizer is not None else {})
+        # One buffer holds one swap slice: sized from the pool's budget, not from the sub-group alone.
+        slice_numel = swap_slice_numel(partition=partition, sub_group_size=zero.sub_group_size, state_tensors=state,
+                                       buffer_count=block.buffer_count, block_size=config.aio.block_size,
+                                       elementwise=_steps_elementwise(kind, client, device))
+        swap = SwapSettings(buffer_count=block.buffer_count, buffer_numel=slice_numel,
+                            pipeline_read=bool(block.pipeline_read), pipeline_write=bool(block.pipeline_write))
         plans.append((device, device.plan(OptimizerCopies(elements=partition, state_tensors=state, swap=swap))))
         optimizer = OpenedDevice(device, swap)
     if policy.parameters_offloaded and zero.offload_param is not None:
@@ -79,6 +89,19 @@ def open_offload_devices(
         parameters = OpenedDevice(device, swap)
     _check_capacity(plans)
     return OffloadDevices(optimizer, parameters)
+
+
+def _steps_elementwise(kind: str | None, client: torch.optim.Optimizer | OptimizerFactory | None,
+                       device: OffloadDevice) -> bool:
+    """Whether the optimizer that will step is known to update each element from its own grad and state alone."""
+    if client is None:
+        return kind is not None and steps_elementwise(kind)
+    if not isinstance(client, torch.optim.Optimizer):
+        return False  # a factory's optimizer exists only after the pool does
+    known: set[type[torch.optim.Optimizer]] = {torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD,
+                                               torch.optim.Adagrad}
+    known |= {cls for name in ("adam", "adagrad", "lion") if (cls := device.optimizer_class(name)) is not None}
+    return type(client) in known
 
 
 def _keeps_files(name: str) -> bool:

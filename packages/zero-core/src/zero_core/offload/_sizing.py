@@ -30,6 +30,17 @@ def optimizer_state_tensors(name: str | None, params: Mapping[str, object]) -> i
     return 2
 
 
+# Optimizers whose update of an element reads that element's grad and state alone (and scalars), so a master
+# cut into any slices steps to the same values: NVMe offload may then swap it in slices smaller than a sub-group.
+_ELEMENTWISE = frozenset({"adam", "adamw", "lion", "adagrad", "sgd"})
+
+
+def steps_elementwise(name: str) -> bool:
+    """Whether the config's optimizer type `name` steps element by element (Adafactor, for one, does not:
+    its step size depends on the norm of the whole tensor)."""
+    return name.lower() in _ELEMENTWISE
+
+
 @dataclass(frozen=True, kw_only=True)
 class OptimizerCopies:
     """`offload_optimizer`'s copies: the fp32 master, gradients and optimizer state of this rank's partition."""
@@ -46,7 +57,7 @@ class OptimizerCopies:
 
     def swapped(self, *, pin: bool, alignment: int) -> OffloadPlan:
         # The master and the state go to swap space; the gradients and the pool's buffers stay in host memory.
-        host = _FP32 * self.elements + self.swap.pool_bytes(alignment)
+        host = _FP32 * self.elements + self.swap.allocated_bytes(alignment, pinned=pin)
         disk = _FP32 * (1 + self.state_tensors) * self.elements
         return OffloadPlan(host, host if pin else 0, disk_bytes=disk)
 
@@ -67,7 +78,7 @@ class ParameterCopies:
     def swapped(self, *, pin: bool, alignment: int) -> OffloadPlan:
         in_memory = min(self.max_in_cpu, self.elements) * self.dtype.itemsize
         disk = self.elements * self.dtype.itemsize - in_memory
-        host = in_memory + (self.swap.pool_bytes(alignment) if disk else 0)
+        host = in_memory + (self.swap.allocated_bytes(alignment, pinned=pin) if disk else 0)
         return OffloadPlan(host, host if pin else 0, disk_bytes=disk)
 
 

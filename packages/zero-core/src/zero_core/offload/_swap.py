@@ -21,7 +21,7 @@ class SwapSettings:
     """How copies in swap space go through the pool of staging buffers: from the ds_config's offload block."""
 
     buffer_count: int
-    buffer_numel: int  # elements of one buffer: the largest sub-group (or partition)
+    buffer_numel: int  # elements of one buffer: the swap slice (zero_plugins.swap_slice_numel), or a partition
     pipeline_read: bool = False
     pipeline_write: bool = False
     block_path: str = "zero_optimization.offload_optimizer"
@@ -30,6 +30,11 @@ class SwapSettings:
     def pool_bytes(self, alignment: int) -> int:
         """The pool's host memory: `buffer_count` buffers, each laid out in whole blocks of `alignment` bytes."""
         return self.buffer_count * -(-self.buffer_numel * self.dtype.itemsize // alignment) * alignment
+
+    def allocated_bytes(self, alignment: int, *, pinned: bool) -> int:
+        """What the pool's one allocation takes: memory that is not pinned (so not the pin backend's aligned
+        blocks) is over-allocated by `alignment` bytes, to cut an aligned start from it."""
+        return self.pool_bytes(alignment) + (0 if pinned else alignment)
 
 
 class SwapTransfer(Protocol):

@@ -88,8 +88,8 @@ class ViewMasters(InMemoryMasters):
 
 
 class SwappedMasters(InMemoryMasters):
-    """The master and optimizer state in swap space (one slot per sub-group and tensor), streamed through
-    the pool's buffers, which are host memory at `home`."""
+    """The master and optimizer state in swap space (one slot per swap slice and tensor), streamed through
+    the pool's buffers, which are host memory at `home`; the optimizer steps one slice (a buffer's worth) at a time."""
 
     def __init__(self, home: Home, pool: SwapPool, ledger: MemoryLedger) -> None:
         super().__init__(home, pool.settings.buffer_numel)

@@ -1,9 +1,10 @@
 """Staging buffers for swapped copies, and a 1-D fp32 tensor kept in swap space one sub-group per slot.
 
 With the optimizer state at an NVMe device, the fp32 master and the optimizer state of each
-sub-group live in swap slots, and the only memory they take is a pool of `buffer_count`
-buffers of one sub-group each (the ds_config's `offload_optimizer.buffer_count`), as in
-DeepSpeed. The pool is one allocation, made once, cut at the space's alignment, so each
+swap slice live in swap slots, and the only memory they take is a pool of `buffer_count`
+buffers of one slice each (the ds_config's `offload_optimizer.buffer_count`, as in DeepSpeed;
+a slice is at most a sub-group, and small enough that the pool stays within its budget:
+zero_plugins.swap_slice_numel). The pool is one allocation, made once, cut at the space's alignment, so each
 buffer can be handed to O_DIRECT I/O; transfers move a slot's whole blocks, so none needs a
 bounce buffer. A master is written into its slots through one of the buffers, never through
 a host copy of the whole tensor.
@@ -126,7 +127,7 @@ class SwapPool:
 
 class SwappedTensor:
     """A 1-D tensor (of the pool's dtype) in swap space, cut into slots of at most `sub_group_numel` elements
-    (the optimizer's sub-groups; one slot when `sub_group_numel` is None)."""
+    (the swap slices the optimizer steps; one slot when `sub_group_numel` is None)."""
 
     def __init__(self, name: str, numel: int, sub_group_numel: int | None, pool: SwapPool, category: Category) -> None:
         self.name = name

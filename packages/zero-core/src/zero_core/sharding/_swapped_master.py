@@ -1,5 +1,8 @@
 """The fp32 master and optimizer state in swap space (`offload_optimizer.device: nvme`), streamed through the step.
 
+The master is cut into swap slices, which the optimizer steps as its sub-groups: at most
+`sub_group_size` elements, fewer where the pool's budget asks for it (zero_plugins.swap_slice_numel,
+only for an optimizer that steps element by element); below, "sub-group" means such a slice.
 Each sub-group's master and each of its optimizer state tensors live in a swap slot. The
 optimizer steps a placeholder tensor per sub-group: before its step the sub-group's slots
 are read into pool buffers and the placeholder (and its state entries) point into them;
@@ -10,8 +13,8 @@ the pool is full, by waiting for the oldest write, started a sub-group earlier);
 `pipeline_write` the writes finish while the next ones step; both as far as `buffer_count`
 allows, and nothing is allocated after the first step (the pool is all). Between
 steps the optimizer's param-sized state entries are empty tensors: the values are in the
-slots. The result equals the same step over a master in host memory, bit for bit, since
-the sub-groups are cut the same way.
+slots. The result equals the same step over a master in host memory: cut as CPU offload cuts
+it, bit for bit; cut finer, the same values, since each element's update reads that element alone.
 """
 from __future__ import annotations
 

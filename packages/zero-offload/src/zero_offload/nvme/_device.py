@@ -15,7 +15,7 @@ from zero_plugins.ds_config import ConfigError
 from zero_core.memory import Placement
 from zero_core.offload import OffloadPlan, OffloadSettings, OptimizerCopies, ParameterCopies, SwapSpace
 
-from .._cpu_device import CpuOffloadDevice
+from .._cpu_device import CpuOffloadDevice, backend_pins
 from ..swap import buffered_from_env, check_direct_io, get_swap_backend
 from ._capacity import check_disk_space
 from ._run_dir import SwapDirectory
@@ -56,8 +56,10 @@ class NvmeOffloadDevice(CpuOffloadDevice):
         return self._space
 
     def plan(self, copies: OptimizerCopies | ParameterCopies) -> OffloadPlan:
-        """The master and the optimizer state (or partitions past `max_in_cpu`) go to swap space."""
-        return copies.swapped(pin=self.settings.pin_memory, alignment=self._space.slot_alignment)
+        """The master and the optimizer state (or partitions past `max_in_cpu`) go to swap space. The swap
+        buffers are pinned, and so exactly their aligned size, only where the pin backend really pins."""
+        pinned = self.settings.pin_memory and backend_pins(self.settings.accelerator)
+        return copies.swapped(pin=pinned, alignment=self._space.slot_alignment)
 
     def check_capacity(self, plan: OffloadPlan) -> None:
         super().check_capacity(plan)
