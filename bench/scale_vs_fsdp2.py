@@ -40,7 +40,7 @@ BASE_CONFIG: dict[str, Any] = {"bf16": {"enabled": True}, "optimizer": {"type": 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     # the opt-in refuses clipping by the global norm, which needs every gradient before the first unit steps
-    "step_in_backward": {"gradient_clipping": 0, "zero_optimization": {"step_in_backward": True}},
+    "step_in_backward": {"gradient_clipping": 0, "zero_optimization": {"stage": 3, "step_in_backward": True}},
 }
 # The ledger's categories that are model states (docs/ledger.md); left out: the gathered weights and the reduce
 # buckets (working sets), buffers, activations and `other` (the step's temporaries, reported on their own).

@@ -113,8 +113,12 @@ def test_pin_memory_false_keeps_the_same_bytes_unpinned(ledgers) -> None:  # typ
                                                   ("stage3-both", "stage3-none")])
 def test_the_device_drops_by_exactly_what_moved(ledgers, offloaded: str, plain: str) -> None:  # type: ignore[no-untyped-def]
     device, before = ledgers[offloaded]["cpu"], ledgers[plain]["cpu"]
-    moved = ["optim.master", "optim.state"] + (["param.partition"] if offloaded == "stage3-both" else [])
-    assert before["total"] - device["total"] == sum(before[category] for category in moved)
+    moved = before["optim.master"] + before["optim.state"]
+    # Stage 3 on the device keeps no 16-bit partition (gathers cast the fp32 master). With the master offloaded
+    # alone, gathers read a 16-bit partition kept on the device; with the params offloaded too, it is on the host.
+    kept = device.get("param.partition", 0)
+    assert kept == (2 * sum(UNIT_PARTS) if offloaded == "stage3-optimizer" else 0)
+    assert before["total"] - device["total"] == moved - kept
     host = ledgers[offloaded]["host"]["total"] + ledgers[offloaded]["host.pinned"]["total"]
     # the host holds what moved, plus the persistent fp32 gradients (on the device they live only from backward
     # to step); pinned buffers are whole pages

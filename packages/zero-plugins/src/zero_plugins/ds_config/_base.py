@@ -19,6 +19,8 @@ class ConfigModel(BaseModel):
     # Fields the Hugging Face Trainer fills in where a ds_config says "auto" (transformers' HfTrainerDeepSpeedConfig);
     # zero reads "auto" there as DeepSpeed's default. "auto" anywhere else is an error naming the key.
     TRAINER_FILLS: ClassVar[frozenset[str]] = frozenset()
+    # Keys zero reads that DeepSpeed does not have (zero's own opt-ins).
+    ZERO_ONLY: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def key_names(cls) -> dict[str, str]:

@@ -53,6 +53,7 @@ class ZeroOptimizationConfig(ConfigModel):
         "mics_hierarchical_params_gather": "MiCS sharding was removed from DeepSpeed",
         "zeropp_loco_param": "LoCo-ZeRO++ was removed from DeepSpeed",
     }
+    ZERO_ONLY = frozenset({"step_in_backward"})
     # The Trainer sizes these from the model's hidden size.
     TRAINER_FILLS = frozenset(
         {"reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"}
