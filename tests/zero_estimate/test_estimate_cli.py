@@ -136,3 +136,16 @@ def test_estimate_from_counts_imports_neither_torch_nor_pydantic():
     imported = imported_modules("estimate", "--params", "6.9e9", "--gpus", "4")
     assert "zero_estimate._cli" in imported  # the trace is real
     assert not [name for name in imported if name.split(".")[0] in ("torch", "numpy", "pydantic")]
+
+
+def test_explain_and_json_give_the_placement_plan(capsys):
+    args = ["--preset", "pythia-6.9b", "--gpus", "4", "--stage", "2,3"]
+    code, out, _ = run_main(capsys, "estimate", *args, "--explain")
+    assert code == 0
+    assert "placement plan: 16 B of model states per element of a partition at the step" in out  # stage 3
+    assert "placement plan: 26 B" in out  # stage 2: 2P whole (8 per element on 4 ranks) + 4 + 2 + 4 + 8
+    code, out, _ = run_main(capsys, "estimate", *args, "--step-in-backward", "--stage", "3", "--json")
+    placement = json.loads(out)["estimates"][0]["placement"]
+    assert placement["model_state_bytes_per_param"] == 12
+    assert placement["step"] == "each sub-group as its gradient completes"
+    assert {row["copy"] for row in placement["copies"]} >= {"fp32 master", "optimizer state"}

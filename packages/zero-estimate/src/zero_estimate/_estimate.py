@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from zero_plugins.placement import PlacementPlan
+
 from ._activations import activation_lines
 from ._errors import EstimateError
 from ._instants import at_peak_instants
 from ._lines import LOCATIONS, PHASES, Line
-from ._settings import DEFAULT_SEQ_LEN, Cluster, Training, ZeroSettings
+from ._settings import DEFAULT_SEQ_LEN, Cluster, Training, ZeroSettings, placement_plan
 from ._spec import ModelSpec
 from ._states import state_lines
 
@@ -80,6 +82,7 @@ class Estimate:
             "phases": {phase: {d: self.total(d, phase) for d in REPORT_DEVICES} for phase in PHASES},
             "peak": {d: dict(zip(("phase", "bytes"), self.peak(d))) for d in REPORT_DEVICES},
             "lines": [line.as_dict() for line in self.lines],
+            "placement": self.placement_dict(),
             "notes": list(self.notes),
             "inputs": self._inputs(),
             # Per GPU for "gpu", per node for host memory and NVMe, as by_category gives them.
@@ -87,6 +90,16 @@ class Estimate:
                 where: {phase: self.by_category(where, phase) for phase in PHASES} for where in LOCATIONS
             },
         }
+
+    @property
+    def plan(self) -> PlacementPlan:
+        """Where the engine places every copy for these settings (zero_plugins.placement)."""
+        return placement_plan(self.zero, self.training, self.cluster)
+
+    def placement_dict(self) -> dict[str, object]:
+        plan = self.plan
+        return {"copies": plan.rows(), "step": str(plan.step_granularity),
+                "model_state_bytes_per_param": plan.bytes_per_parameter_at_step()}
 
     def _inputs(self) -> dict[str, object]:
         """The settings the estimate was made with, so JSON output can be checked against the run it predicts."""

@@ -157,7 +157,7 @@ def explain(estimates: Sequence[Estimate]) -> str:
     blocks = ["Symbols:\n" + "\n".join(legend)]
     for e in estimates:
         phase, peak = e.peak("gpu")
-        out = [f"stage {e.zero.stage}, offload {e.zero.label()}: GPU peak {gib(peak)} GiB at {phase}"]
+        out = [f"stage {e.zero.stage}, offload {e.zero.label()}: GPU peak {gib(peak)} GiB at {phase}", placement(e)]
         for line in e.lines:
             where = f"{line.location}{', pinned' if line.pinned else ''}; {' '.join(line.phases)}"
             out.append(f"  {line.category:<16} {line.what} [{where}]")
@@ -168,6 +168,16 @@ def explain(estimates: Sequence[Estimate]) -> str:
             out.append(f"      {figure}")
         blocks.append("\n".join(out))
     return "\n\n".join(blocks)
+
+
+def placement(e: Estimate) -> str:
+    """The placement plan's copies, as the engine places them (docs/architecture.md, "The placement plan")."""
+    plan = e.plan
+    rows = [[row["copy"], row["dtype"], row["location"], row["lifetime"], row["extent"]] for row in plan.rows()]
+    table = format_table(["copy", "dtype", "location", "lifetime", "extent"], rows)
+    head = (f"  placement plan: {plan.bytes_per_parameter_at_step():g} B of model states per element of a partition "
+            f"at the step (FSDP2: 16 in bf16 with AdamW); the optimizer steps {plan.step_granularity}")
+    return head + "\n" + "\n".join("    " + line for line in table.splitlines())
 
 
 def _symbols(formula: str) -> set[str]:
