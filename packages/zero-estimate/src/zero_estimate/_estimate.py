@@ -82,7 +82,7 @@ class Estimate:
             "phases": {phase: {d: self.total(d, phase) for d in REPORT_DEVICES} for phase in PHASES},
             "peak": {d: dict(zip(("phase", "bytes"), self.peak(d))) for d in REPORT_DEVICES},
             "lines": [line.as_dict() for line in self.lines],
-            "placement": self.placement_dict(),
+            "placement": self.plan.as_dict(),
             "notes": list(self.notes),
             "inputs": self._inputs(),
             # Per GPU for "gpu", per node for host memory and NVMe, as by_category gives them.
@@ -95,11 +95,6 @@ class Estimate:
     def plan(self) -> PlacementPlan:
         """Where the engine places every copy for these settings (zero_plugins.placement)."""
         return placement_plan(self.zero, self.training, self.cluster)
-
-    def placement_dict(self) -> dict[str, object]:
-        plan = self.plan
-        return {"copies": plan.rows(), "step": str(plan.step_granularity),
-                "model_state_bytes_per_param": plan.bytes_per_parameter_at_step()}
 
     def _inputs(self) -> dict[str, object]:
         """The settings the estimate was made with, so JSON output can be checked against the run it predicts."""

@@ -175,8 +175,7 @@ def placement(e: Estimate) -> str:
     plan = e.plan
     rows = [[row["copy"], row["dtype"], row["location"], row["lifetime"], row["extent"]] for row in plan.rows()]
     table = format_table(["copy", "dtype", "location", "lifetime", "extent"], rows)
-    head = (f"  placement plan: {plan.bytes_per_parameter_at_step():g} B of model states per element of a partition "
-            f"at the step (FSDP2: 16 in bf16 with AdamW); the optimizer steps {plan.step_granularity}")
+    head = f"  placement plan: {plan.summary()}"
     return head + "\n" + "\n".join("    " + line for line in table.splitlines())
 
 

@@ -85,6 +85,7 @@ def measure_setting(rank: int, world_size: int, request: ProfileRequest, setting
     result = {"setting": setting.as_dict(), "device": engine.device.type, "phases": measured.ledger,
               "estimate": estimate, "allocator": allocator, "absent": measured.absent,
               "optimizer_kernel": optimizer_kernel(engine.optimizer.optimizer),
+              "placement": engine.policy.plan.as_dict(), "placement_summary": engine.policy.plan.summary(),
               "attention": {"requested": request.attention.value, "kernels": kernels}}
     engine.destroy()
     return result

@@ -27,6 +27,7 @@ def run_profile(request: ProfileRequest) -> dict[str, Any]:
                              first["estimate"], first["allocator"], first["absent"])
         settings.append({"setting": setting.as_dict(), **comparison, "allocator": first["allocator"],
                          "optimizer_kernel": first["optimizer_kernel"], "attention": first["attention"],
+                         "placement": first["placement"], "placement_summary": first["placement_summary"],
                          "estimate_inputs": first["estimate"].get("inputs", {})})
     return {
         "schema_version": SCHEMA_VERSION,

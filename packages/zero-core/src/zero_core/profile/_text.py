@@ -41,6 +41,7 @@ def _setting_text(setting: dict[str, Any], threshold: float) -> str:
     lines = [f"{setting['label']} (device: {setting['device']}; ruler: {setting['ruler']}; optimizer step: "
              f"{setting['optimizer_kernel']})",
              f"attention: {setting['attention']['requested']}, measured on {'; '.join(setting['attention']['kernels'])}",
+             f"placement: {setting['placement_summary']}",
              _phase_table(phases)]
     lines += [f"{phase}: not measured: {phases[phase]['absent']}" for phase in PHASES if phases[phase]["absent"]]
     lines += [f"peak: measured {_mib(peak['measured']['bytes'])} at {peak['measured']['phase']}, estimated "

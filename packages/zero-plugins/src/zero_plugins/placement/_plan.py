@@ -116,3 +116,13 @@ class PlacementPlan:
 
     def rows(self) -> list[dict[str, str]]:
         return [placed.row() for placed in self.copies]
+
+    def as_dict(self) -> dict[str, object]:
+        """The plan in JSON (zero estimate's and zero profile's `placement`)."""
+        return {"copies": self.rows(), "step": str(self.step_granularity),
+                "model_state_bytes_per_param": self.bytes_per_parameter_at_step()}
+
+    def summary(self) -> str:
+        """One line for reports."""
+        return (f"{self.bytes_per_parameter_at_step():g} B of model states per element of a partition at the step "
+                f"(FSDP2: 16 in bf16 with AdamW); the optimizer steps {self.step_granularity}")
