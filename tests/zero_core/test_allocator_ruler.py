@@ -143,7 +143,8 @@ def _train_and_destroy(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
             engine.step()
         figures = engine.ledger.allocator_figures()
         text = str(engine.memory_report())
-        partitions = engine.ledger.current("param.partition")
+        # stage 3 keeps the weights' partitions as the fp32 master, which each gather casts
+        partitions = engine.ledger.current("optim.master")
         engine.destroy()
         del engine, optimizer, model, loss, ids
         gc.collect()

@@ -136,11 +136,12 @@ def _sharded_group(
     comm, dtype, homes = context.comm, context.dtype, context.homes
     persistent = in_gradient_order(persistent, context)
     layouts = [FlatLayout(bucket, comm.world_size) for bucket in split_into_buckets(persistent, context.bucket_numel)]
-    flat = Stage3Params(FlatParams(layouts, dtype, homes.on_device) if layouts else None, units, homes.on_device)
-    ranges = [layout.shard_range(comm.rank) for layout in flat.layouts]
+    # The master reads the parameters' original values, before FlatParams casts them into its 16-bit buffer.
     copies = [homes.masters.copy(f"group{group_index}.persistent.bucket{index}", hi - lo,
                                  partial(copy_owned, layout=layout, lo=lo, hi=hi))
-              for index, (layout, (lo, hi)) in enumerate(zip(layouts, ranges))]
+              for index, layout in enumerate(layouts) for lo, hi in [layout.shard_range(comm.rank)]]
+    flat = Stage3Params(FlatParams(layouts, dtype, homes.on_device) if layouts else None, units, homes.on_device)
+    ranges = [layout.shard_range(comm.rank) for layout in flat.layouts]
     master = homes.masters.assemble(copies + masters, ranges, flat)
     grads = GradBuckets(flat.layouts, comm.rank, context.policy, dtype, context.homes)
     return ShardedGroup(flat.layouts, flat, master, grads, dict(options))
