@@ -41,7 +41,7 @@ def test_stage3_in_16_bit_keeps_no_partition_and_fp32_gradients() -> None:
 def test_step_in_backward_leaves_master_and_state() -> None:
     plan = _plan(step_in_backward=True)
     grads = plan.get(Copy.GRAD_PARTITION)
-    assert grads is not None and grads.extent is Extent.SUB_GROUP and grads.lifetime is Lifetime.DURING_BACKWARD
+    assert grads is not None and grads.extent is Extent.UNIT and grads.lifetime is Lifetime.DURING_BACKWARD
     assert plan.step_granularity is StepGranularity.IN_BACKWARD
     assert plan.bytes_per_parameter_at_step() == 12
 

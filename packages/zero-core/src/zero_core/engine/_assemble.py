@@ -15,7 +15,7 @@ import torch
 from ..accelerator import get_accelerator
 from ..comm import Collectives
 from zero_plugins.ds_config import ConfigError
-from zero_plugins.placement import plan_for_config
+from zero_plugins.placement import StepGranularity, plan_for_config
 from ..memory import MemoryLedger
 from ..sharding import (
     COMPUTE_DTYPES,
@@ -84,7 +84,7 @@ def assemble_engine(
                             offload.optimizer.device.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
                                    policy, ledger=ledger, homes=homes,
-                                   step_in_backward=bool(config.zero_optimization.step_in_backward))
+                                   step_in_backward=policy.plan.step_granularity is StepGranularity.IN_BACKWARD)
     reducer = GradReducer(state.buckets, comm, policy.grad_reduction, ledger,
                           overlap=bool(config.zero_optimization.overlap_comm))
     loader = None

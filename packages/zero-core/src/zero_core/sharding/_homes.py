@@ -64,9 +64,10 @@ def build_homes(device: torch.device, ledger: MemoryLedger, dtype: torch.dtype, 
     on_device = DeviceHome(device, ledger)
     steps_by_sub_group = plan.step_granularity is not StepGranularity.ALL_AT_ONCE
     gradients: Home = on_device
-    masters: MasterHome = ViewMasters(on_device, None)
+    device_sub_group = sub_group_numel if steps_by_sub_group else None
+    masters: MasterHome = ViewMasters(on_device, device_sub_group)
     if not plan.master_is_params:
-        masters = InMemoryMasters(on_device, sub_group_numel if steps_by_sub_group else None)
+        masters = InMemoryMasters(on_device, device_sub_group)
     if offload.optimizer is not None:
         optimizer = offload.optimizer.device
         gradients = HostHome(optimizer, transfers=True)

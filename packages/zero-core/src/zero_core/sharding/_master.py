@@ -32,7 +32,8 @@ class Master(Protocol):
         ...
 
     def step(self, optimizer: torch.optim.Optimizer, group_index: int) -> None:
-        """Step param group `group_index` one sub-group at a time (when the step runs at an offload device)."""
+        """Step param group `group_index` one sub-group at a time (where the plan steps by sub-group: at an
+        offload device, and at stage 3)."""
         ...
 
     def clear_grads(self) -> None:
@@ -75,9 +76,10 @@ class MasterParams:
         self.optimizer_params = list(tensors) if sub_group_numel is None else sub_group_views(tensors, sub_group_numel)
 
     @classmethod
-    def view_of(cls, flat: FlatStorage, ranges: list[tuple[int, int]]) -> MasterParams:
+    def view_of(cls, flat: FlatStorage, ranges: list[tuple[int, int]], *,
+                sub_group_numel: int | None = None) -> MasterParams:
         tensors = [flat.owned(i, lo, hi) for i, (lo, hi) in enumerate(ranges)]
-        return cls(tensors, ranges, flat, None)
+        return cls(tensors, ranges, flat, None, sub_group_numel=sub_group_numel)
 
     def load_grads(self, grads: Sequence[torch.Tensor]) -> None:
         full = list(grads)

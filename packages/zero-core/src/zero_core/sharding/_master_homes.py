@@ -84,7 +84,7 @@ class ViewMasters(InMemoryMasters):
 
     def assemble(self, copies: Sequence[MasterCopy | None], ranges: list[tuple[int, int]],
                  flat: FlatStorage) -> MasterParams | SwappedMaster:
-        return MasterParams.view_of(flat, ranges)
+        return MasterParams.view_of(flat, ranges, sub_group_numel=self.sub_group_numel)
 
 
 class SwappedMasters(InMemoryMasters):

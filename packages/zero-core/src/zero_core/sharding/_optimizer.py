@@ -134,7 +134,9 @@ class ZeroOptimizer:
         return True
 
     def _finish_backward_steps(self, before_update: Callable[[], None] | None) -> bool:
-        """step_in_backward: the units stepped as their gradients were reduced; the rest, and the replicas."""
+        """step_in_backward: the units stepped as their gradients were reduced; the rest, and the replicas. The
+        engine's check of the losses (`before_update`) runs here, after the units stepped, so it cannot refuse the
+        step; a non-finite loss gives non-finite gradients, which `finish` refuses."""
         assert self._backward is not None
         if before_update is not None:
             before_update()

@@ -1,7 +1,8 @@
-"""Sub-groups: the optimizer steps an offloaded master `sub_group_size` elements at a time, as DeepSpeed does.
+"""Sub-groups: the optimizer steps a master `sub_group_size` elements at a time, as DeepSpeed does.
 
-With the optimizer state offloaded, each master tensor is handed to the optimizer as views
-of at most `sub_group_size` elements, and the step runs one view at a time, so whatever
+Where the placement plan steps by sub-group (an offloaded optimizer, and stage 3 on the device),
+each master tensor is handed to the optimizer as views of at most `sub_group_size` elements,
+never across a tensor, and the step runs one view at a time, so whatever
 the optimizer allocates for a parameter (torch's single-tensor Adam makes parameter-sized
 temporaries) is bounded by a sub-group, and an NVMe swapper can bring in one sub-group's
 state at a time. Adam and its kin are elementwise, so the result equals one step over the

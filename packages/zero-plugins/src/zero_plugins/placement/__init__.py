@@ -2,6 +2,7 @@
 from ._build import build_plan, plan_for_config
 from ._kinds import Copy, Extent, Lifetime, Location, StepGranularity
 from ._plan import DTYPE_BYTES, PlacedCopy, PlacementPlan, PlanInputs
+from ._state import optimizer_state_tensors
 
 __all__ = ["Copy", "DTYPE_BYTES", "Extent", "Lifetime", "Location", "PlacedCopy", "PlacementPlan", "PlanInputs",
-           "StepGranularity", "build_plan", "plan_for_config"]
+           "StepGranularity", "build_plan", "optimizer_state_tensors", "plan_for_config"]

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 from ._kinds import Copy, Extent, Lifetime, Location, StepGranularity
 from ._plan import PlacedCopy, PlacementPlan, PlanInputs
+from ._state import optimizer_state_tensors
 
 if TYPE_CHECKING:
     from ..ds_config import ZeroConfig
@@ -12,7 +13,8 @@ if TYPE_CHECKING:
 
 def build_plan(inputs: PlanInputs) -> PlacementPlan:
     rules = _Rules(inputs)
-    copies = [placed for placed in (rules.params(), rules.partition(), rules.master(), *rules.gradients(),
+    copies = [placed for placed in (rules.params(), rules.partition(), rules.persistent(), rules.frozen(),
+                                    rules.master(), *rules.gradients(),
                                     rules.step_grad(), rules.state(), rules.temporaries(), rules.swap_buffers())
               if placed is not None]
     return PlacementPlan(inputs, tuple(copies), rules.granularity())
@@ -49,8 +51,11 @@ class _Rules:
         dtype = self.i.compute_dtype
         if self.param_device is not None:
             where = self._offloaded_location(self.param_device, pinned=self.i.param_pin_memory)
+            why = "offload_param: the 16-bit copy halves each transfer"
+            if where is Location.NVME:
+                why += "; the first max_in_cpu elements stay in host memory"
             return PlacedCopy(Copy.PARAM_PARTITION, dtype, where, Lifetime.AT_REST, Extent.PARTITION,
-                              self.param_device, why="offload_param: the 16-bit copy halves each transfer")
+                              self.param_device, why=why)
         if not self.has_master:
             return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
                               why="fp32 compute: the partition is also the master the optimizer steps")
@@ -58,6 +63,19 @@ class _Rules:
             return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
                               why="the master is offloaded, so gathers read a 16-bit copy on the device")
         return None  # every gather casts the fp32 master shard on the device
+
+    def persistent(self) -> PlacedCopy | None:
+        if self.i.stage < 3:
+            return None
+        return PlacedCopy(Copy.PARAMS_PERSISTENT, self.i.compute_dtype, Location.DEVICE, Lifetime.AT_REST, Extent.SMALL,
+                          why="at most stage3_param_persistence_threshold elements: whole on every rank")
+
+    def frozen(self) -> PlacedCopy | None:
+        if self.i.stage < 3:
+            return None
+        where = self._offloaded_location(self.param_device, pinned=self.i.param_pin_memory)
+        return PlacedCopy(Copy.FROZEN_PARTITION, self.i.compute_dtype, where, Lifetime.AT_REST, Extent.FROZEN,
+                          self.param_device, why="frozen params (LoRA bases) have no master to cast from")
 
     def master(self) -> PlacedCopy | None:
         if not self.has_master:
@@ -80,7 +98,7 @@ class _Rules:
                                    self.optimizer_device, why="reduced gradients land where the CPU step reads them")
         elif self.i.step_in_backward:
             partition = PlacedCopy(Copy.GRAD_PARTITION, "fp32", Location.DEVICE, Lifetime.DURING_BACKWARD,
-                                   Extent.SUB_GROUP, why="each sub-group steps once its gradient is reduced")
+                                   Extent.UNIT, why="one unit's at a time: it steps and is freed once reduced")
         elif self.i.stage == 3:
             partition = PlacedCopy(Copy.GRAD_PARTITION, "fp32", Location.DEVICE, Lifetime.DURING_BACKWARD,
                                    Extent.PARTITION, why="reduced straight into fp32: no 16-bit + fp32 pair at the step")
@@ -104,7 +122,9 @@ class _Rules:
         return PlacedCopy(Copy.STEP_GRAD, "fp32", Location.DEVICE, Lifetime.AT_STEP, extent,
                           why="the step casts the 16-bit gradients it owns")
 
-    def state(self) -> PlacedCopy:
+    def state(self) -> PlacedCopy | None:
+        if not self.i.optimizer_state_tensors:
+            return None  # SGD without momentum
         extent = Extent.WHOLE if self.i.stage == 0 else Extent.PARTITION
         return PlacedCopy(Copy.OPTIMIZER_STATE, "fp32", self.master_location, Lifetime.AT_REST, extent,
                           self.optimizer_device, why="made by the first step", tensors=self.i.optimizer_state_tensors)
@@ -117,12 +137,16 @@ class _Rules:
                           why=f"the optimizer's kernels: {self.granularity()}")
 
     def swap_buffers(self) -> PlacedCopy | None:
-        devices = [d for d in (self.optimizer_device, self.param_device) if d is not None and d in self.i.swap_devices]
-        if not devices:
-            return None
-        pinned = self.i.optimizer_pin_memory if self.optimizer_device in devices else self.i.param_pin_memory
-        return PlacedCopy(Copy.SWAP_BUFFERS, "fp32", _host(pinned),
-                          Lifetime.AT_REST, Extent.SUB_GROUP, devices[0], why="buffer_count buffers stream swap files")
+        """The optimizer's swap buffers (fp32, one swap slice each) or, with only the params in swap files, the
+        partitions' (compute dtype)."""
+        if self.optimizer_device is not None and self.optimizer_device in self.i.swap_devices:
+            return PlacedCopy(Copy.SWAP_BUFFERS, "fp32", _host(self.i.optimizer_pin_memory), Lifetime.AT_REST,
+                              Extent.SUB_GROUP, self.optimizer_device, why="buffer_count buffers stream swap files")
+        if self.param_device is not None and self.param_device in self.i.swap_devices:
+            return PlacedCopy(Copy.SWAP_BUFFERS, self.i.compute_dtype, _host(self.i.param_pin_memory),
+                              Lifetime.AT_REST, Extent.UNIT, self.param_device,
+                              why="buffer_count buffers read partitions in swap files")
+        return None
 
     def granularity(self) -> StepGranularity:
         if self.i.step_in_backward:
@@ -149,4 +173,6 @@ def plan_for_config(config: ZeroConfig, *, world_size: int, accelerator: str,
         optimizer_pin_memory=bool(optimizer is not None and optimizer.pin_memory),
         param_pin_memory=bool(param is not None and param.pin_memory), swap_devices=swap_devices,
         step_in_backward=bool(zero.step_in_backward),
+        optimizer_state_tensors=optimizer_state_tensors(config.optimizer.type if config.optimizer else None,
+                                                        config.optimizer.params if config.optimizer else {}),
     ))

@@ -36,6 +36,8 @@ class Extent(str, enum.Enum):
     BUCKET = "bucket"  # at most reduce_bucket_size elements at a time
     UNIT = "unit"  # the modules being gathered (stage3_max_live_parameters, prefetch)
     SUB_GROUP = "sub-group"  # one step sub-group at a time (sub_group_size, within one unit)
+    SMALL = "small"  # stage 3's params of at most stage3_param_persistence_threshold elements, whole
+    FROZEN = "F/N"  # this rank's partition of the frozen parameters
 
     def __str__(self) -> str:
         return self.value
@@ -47,6 +49,8 @@ class Copy(str, enum.Enum):
     PARAMS_WHOLE = "16-bit params, whole"  # stages 0-2 (and fp32 compute's params)
     PARAMS_GATHERED = "params, gathered"  # stage 3's working set, cast from the partition or the master
     PARAM_PARTITION = "param partition"  # stage 3's compute-dtype shard kept between gathers
+    PARAMS_PERSISTENT = "small params, whole"  # stage 3's params at or below the persistence threshold
+    FROZEN_PARTITION = "frozen param partition"  # stage 3's frozen params (LoRA bases), which have no master
     MASTER = "fp32 master"
     GRAD_WHOLE = "gradients, whole"  # stages 0-1
     GRAD_BUCKET = "gradient reduce bucket"

@@ -100,7 +100,8 @@ class PlacementPlan:
 
     def bytes_per_parameter_at_step(self) -> float:
         """Model-state bytes a rank holds at the step per element of its partition (P/N): the headline figure
-        (FSDP2 holds 16 in bf16 mixed precision with AdamW); the step's temporaries are not state. Whole copies count N times; copies bounded by a
+        (FSDP2 holds 16 in bf16 mixed precision with AdamW); the step's temporaries are not state, nor are frozen
+        params (their partition is per frozen element) and the small params kept whole. Whole copies count N times; copies bounded by a
         bucket, a unit or a sub-group, and copies off the device, not at all."""
         total = 0.0
         for placed in self.copies:
