@@ -6,7 +6,6 @@ device sizes them (`OffloadDevice.plan`): a device that keeps everything in host
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
