@@ -127,6 +127,10 @@ class ZeroOptimizer:
             group.grads.release()  # zeroed for the next accumulation, or freed
             group.master.write_back()
         self._homes.synchronize()
+        return self._after_update()
+
+    def _after_update(self) -> bool:
+        """Every rank's replicated parameters whole again, the loss scale moved on and the new state counted."""
         if self._sharded:
             self._all_gather_params()
         self.loss_scaler.update(overflow=False)
@@ -143,11 +147,7 @@ class ZeroOptimizer:
         self._global_grad_norm = self._backward.finish()
         for group in self.groups:
             group.grads.release()
-        if self._sharded:
-            self._all_gather_params()
-        self.loss_scaler.update(overflow=False)
-        self._homes.masters.count_state(self.optimizer, self._ledger)
-        return True
+        return self._after_update()
 
     def get_global_grad_norm(self) -> float | None:
         """The unscaled global gradient norm of the last step, before clipping (None before any step)."""
