@@ -31,6 +31,7 @@ from ._packed_bucket import PackedBucket, pack_buckets
 from ._param_groups import ParamGroup, frozen_params, resolve_param_groups
 from ._homes import Homes, build_homes
 from ._policy import GradReduction, StagePolicy, policy_for
+from ._sub_groups import StepsGivenParams, step_by_sub_group, step_one
 from ._reducer import GradReducer
 from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
@@ -70,6 +71,7 @@ __all__ = [
     "SwappedTensor",
     "Slot",
     "StagePolicy",
+    "StepsGivenParams",
     "TrainingPasses",
     "WarmupCosineLR",
     "WarmupDecayLR",
@@ -95,6 +97,8 @@ __all__ = [
     "place_buffers",
     "place_frozen",
     "policy_for",
+    "step_by_sub_group",
+    "step_one",
     "resolve_param_groups",
     "resolve_scheduler",
     "split_into_buckets",

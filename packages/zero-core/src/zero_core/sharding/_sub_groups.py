@@ -10,6 +10,8 @@ whole tensor.
 """
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 
 
@@ -21,15 +23,32 @@ def sub_group_views(tensors: list[torch.Tensor], max_numel: int) -> list[torch.T
     return views
 
 
+@runtime_checkable
+class StepsGivenParams(Protocol):
+    """An optimizer that steps the parameters it is handed with one param group's settings (zero-offload's CPU
+    optimizers): no swapping of `param_groups`, and one call for many sub-groups where its kernels make no
+    parameter-sized temporaries."""
+
+    def step_params(self, group_index: int, params: list[torch.Tensor]) -> None:
+        ...
+
+
 def step_by_sub_group(optimizer: torch.optim.Optimizer, group_index: int) -> None:
-    """One step of every parameter of param group `group_index`, one parameter (sub-group) at a time."""
+    """One step of every parameter of param group `group_index`: one parameter (sub-group) per call, or all in
+    one call for an optimizer that steps given params (its fused kernels allocate nothing per parameter)."""
     group = optimizer.param_groups[group_index]
+    if isinstance(optimizer, StepsGivenParams):
+        optimizer.step_params(group_index, list(group["params"]))
+        return
     for param in group["params"]:
         step_one(optimizer, group_index, param)
 
 
 def step_one(optimizer: torch.optim.Optimizer, group_index: int, param: torch.Tensor) -> None:
     """One step of `param` alone, with param group `group_index`'s settings (a scheduler may have changed them)."""
+    if isinstance(optimizer, StepsGivenParams):
+        optimizer.step_params(group_index, [param])
+        return
     groups = optimizer.param_groups
     optimizer.param_groups = [{**groups[group_index], "params": [param]}]
     try:

@@ -33,6 +33,7 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, fp32_optimizer_states: bool) -> None:
         self._check_group(defaults)  # before torch's own checks of the params, so a bad value is named first
         self.fp32_optimizer_states = fp32_optimizer_states
+        self._given: dict[str, Any] | None = None  # the one group `step` steps inside step_params
         super().__init__(params, defaults)
 
     @abstractmethod
@@ -76,12 +77,23 @@ class CPUOptimizer(torch.optim.Optimizer, metaclass=ABCMeta):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if any(param.grad is not None for group in self.param_groups for param in group["params"]):
+        groups = self.param_groups if self._given is None else [self._given]
+        if any(param.grad is not None for group in groups for param in group["params"]):
             op = cpu_optimizer_op()  # builds on the first step; warns once if it cannot
             with torch.no_grad():
-                for group in self.param_groups:
+                for group in groups:
                     self._step_group(group, op)
         return loss
+
+    def step_params(self, group_index: int, params: list[torch.Tensor]) -> None:
+        """Step `params` (the engine's sub-group views of the masters) with param group `group_index`'s settings, in
+        one kernel call per storage type, as `step` steps a whole group (zero_core's StepsGivenParams). It goes
+        through `step`, so step hooks and LR schedulers see a step; `param_groups` is left as it is."""
+        self._given = {**self.param_groups[group_index], "params": params}
+        try:
+            self.step()
+        finally:
+            self._given = None
 
     def _step_group(self, group: dict[str, Any], op: ModuleType | None) -> None:
         names = self._state_names(group)
