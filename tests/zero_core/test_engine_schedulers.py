@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 from zero_plugins.ds_config import ConfigError, load_config
-from zero_core.sharding import build_scheduler
+from zero_core.training import build_scheduler
 
 SCHEDULES = {
     "WarmupLR": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.01, "warmup_num_steps": 5},

@@ -1,20 +1,10 @@
 """The ZeRO engine for every stage: `initialize`, the assembler and the engine (docs/engine.md).
 
-The building blocks the stages share are re-exported from zero_core.sharding for users of
-this module's earlier names.
+The building blocks the stages share (zero_core.sharding) and the training loop's pieces
+(zero_core.training) are re-exported for users of this module's earlier names.
 """
-from ..sharding import (
-    DynamicLossScaler,
-    FlatLayout,
-    LossScaler,
-    ShardPiece,
-    Slot,
-    WarmupCosineLR,
-    WarmupDecayLR,
-    WarmupLR,
-    ZeroOptimizer,
-    split_into_buckets,
-)
+from ..sharding import FlatLayout, ShardPiece, Slot, ZeroOptimizer, split_into_buckets
+from ..training import DynamicLossScaler, LossScaler, WarmupCosineLR, WarmupDecayLR, WarmupLR
 from ._arguments import add_config_arguments
 from ._assemble import assemble_engine
 from ._engine import EngineParts, ZeroEngine

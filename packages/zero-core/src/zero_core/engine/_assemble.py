@@ -26,17 +26,15 @@ from ..sharding import (
     ShardedState,
     StagePolicy,
     ZeroOptimizer,
-    build_dataloader,
     build_flat_state,
     build_homes,
-    build_loss_scaler,
     build_optimizer,
     name_parameters,
     policy_for,
     resolve_param_groups,
-    resolve_scheduler,
 )
 from ..stage3 import build_stage3_state
+from ..training import build_dataloader, build_loss_scaler, resolve_scheduler
 from ._engine import EngineParts, ZeroEngine
 from ._offload import open_offload_devices, swap_device_names
 from ._preflight import WRAPPED_ATTRIBUTE, check_model, check_no_float64, check_ranks_agree

@@ -10,10 +10,8 @@ from ._build_optimizer import OptimizerFactory, build_optimizer
 from ._build_steps import (
     BuildContext,
     broadcast_initial_weights,
-    build_dataloader,
     place_buffers,
     place_frozen,
-    resolve_scheduler,
 )
 from ._dtypes import COMPUTE_DTYPES
 from ._flat_build import build_flat_state
@@ -21,7 +19,6 @@ from ._flat_params import FlatParams
 from ._grads import GradBuckets
 from ._groups import ShardedGroup, in_gradient_order, layout_buckets
 from ._layout import FlatLayout, ShardPiece, Slot, split_into_buckets
-from ._loss_scaler import DynamicLossScaler, LossScaler, build_loss_scaler
 from ._home import DeviceHome, Home, HostHome
 from ._master import Master, MasterParams, copy_owned, owned_range
 from ._master_homes import MasterCopy, MasterHome
@@ -33,7 +30,6 @@ from ._homes import Homes, build_homes
 from ._policy import GradReduction, StagePolicy, policy_for
 from ._sub_groups import StepsGivenParams, step_by_sub_group, step_one
 from ._reducer import GradReducer
-from ._schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR, build_scheduler
 from ._state import ShardedState, TrainingPasses, WholeParameterPasses
 from ._storage import FlatStorage
 from ._swap_pool import SwappedTensor, SwapPool
@@ -43,7 +39,6 @@ __all__ = [
     "COMPUTE_DTYPES",
     "BuildContext",
     "DeviceHome",
-    "DynamicLossScaler",
     "FlatLayout",
     "FlatParams",
     "FlatStorage",
@@ -54,7 +49,6 @@ __all__ = [
     "Homes",
     "HostHome",
     "LayoutBucket",
-    "LossScaler",
     "Master",
     "MasterCopy",
     "MasterHome",
@@ -73,20 +67,14 @@ __all__ = [
     "StagePolicy",
     "StepsGivenParams",
     "TrainingPasses",
-    "WarmupCosineLR",
-    "WarmupDecayLR",
-    "WarmupLR",
     "WholeGradBucket",
     "WholeParameterPasses",
     "ZeroOptimizer",
     "broadcast_initial_weights",
-    "build_dataloader",
     "copy_owned",
     "build_flat_state",
     "build_homes",
-    "build_loss_scaler",
     "build_optimizer",
-    "build_scheduler",
     "frozen_params",
     "in_gradient_order",
     "layout_buckets",
@@ -100,6 +88,5 @@ __all__ = [
     "step_by_sub_group",
     "step_one",
     "resolve_param_groups",
-    "resolve_scheduler",
     "split_into_buckets",
 ]

@@ -1,22 +1,19 @@
 """The build steps every stage shares, once: the context a builder works in, the broadcast of
-the initial weights, the placement and casting of frozen parameters and buffers, the data
-loader and the LR scheduler.
+the initial weights, and the placement and casting of frozen parameters and buffers.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
-import torch.utils.data as data
 from zero_plugins import Category
 
 from ..comm import Collectives
 from ..memory import MemoryLedger
 from ._homes import Homes
 from ._policy import StagePolicy
-from ._schedulers import build_scheduler
 
 if TYPE_CHECKING:
     from zero_plugins.ds_config import ZeroConfig
@@ -75,21 +72,3 @@ def place_buffers(model: torch.nn.Module, context: BuildContext) -> None:
             if buffer is not None:
                 placed = buffer.to(device=context.device, dtype=context.compute_dtype_of(buffer))
                 module._buffers[name] = context.ledger.register(placed, Category.MODULE_BUFFERS)
-
-
-def resolve_scheduler(config: ZeroConfig, client: Any, optimizer: torch.optim.Optimizer) -> Any:
-    """The client's scheduler (or callable) wins over the config's, as in DeepSpeed."""
-    if client is not None:
-        return client(optimizer) if callable(client) and not hasattr(client, "step") else client
-    if config.scheduler is not None:
-        return build_scheduler(config.scheduler, optimizer)
-    return None
-
-
-def build_dataloader(
-    dataset: data.Dataset[Any], micro_batch_size: int, rank: int, world_size: int,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
-) -> data.DataLoader[Any]:
-    """Micro-batches of this rank's share of the dataset, shuffled by a DistributedSampler as in DeepSpeed."""
-    sampler: data.DistributedSampler[Any] = data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
-    return data.DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, collate_fn=collate_fn)

@@ -23,7 +23,7 @@ from ..memory import MemoryLedger, read_float
 from ._backward_step import BackwardStepper
 from ._groups import ShardedGroup
 from ._homes import Homes
-from ._loss_scaler import LossScaler
+from ..training import LossScaler
 from ._policy import StagePolicy
 
 

@@ -16,7 +16,7 @@ import torch
 from zero_plugins.ds_config import ConfigError
 
 if TYPE_CHECKING:
-    from zero_plugins.ds_config import SchedulerConfig
+    from zero_plugins.ds_config import SchedulerConfig, ZeroConfig
 
 _WARMUP_TYPES = ("log", "linear")
 
@@ -155,3 +155,12 @@ def build_scheduler(config: SchedulerConfig, optimizer: torch.optim.Optimizer) -
         if key not in config.params:
             raise ConfigError(f"scheduler.params.{key}", f"is required by {cls.__name__}")
     return cls(optimizer, **config.params)
+
+
+def resolve_scheduler(config: ZeroConfig, client: Any, optimizer: torch.optim.Optimizer) -> Any:
+    """The client's scheduler (or callable) wins over the config's, as in DeepSpeed."""
+    if client is not None:
+        return client(optimizer) if callable(client) and not hasattr(client, "step") else client
+    if config.scheduler is not None:
+        return build_scheduler(config.scheduler, optimizer)
+    return None
