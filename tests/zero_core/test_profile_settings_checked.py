@@ -31,6 +31,9 @@ REFUSED = {
          "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
         "zero: error: optimizer.params.foreach: is not a parameter of zero_offload.optim._adam.CPUAdam, which steps "
         "the offloaded optimizer state"),
+    "config: step_in_backward at the stage --stages sets (0)": (
+        {"gradient_clipping": 0, "zero_optimization": {"step_in_backward": True}},
+        "zero: error: zero_optimization.step_in_backward: needs stage 3 (got stage 0)"),
 }
 
 
@@ -77,3 +80,17 @@ def test_the_issue_4305_report_says_how_it_read_the_config(issue_4305: dict[str,
     block, = [note for note in notes if "activation_checkpointing" in note]
     assert "--gradient-checkpointing" in block and "changes no figure here" in block
     assert "--checkpointing" not in block.replace("--gradient-checkpointing", ""), "only flags zero profile has"
+
+
+def test_step_in_backward_takes_its_stage_from_stages(tmp_path: Path) -> None:
+    """A config without a stage, with zero_optimization.step_in_backward: --stages 3 gives it stage 3."""
+    config = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "gradient_clipping": 0,
+              "zero_optimization": {"step_in_backward": True}}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    done = run_zero("profile", "--dry-run", "--model", "pythia-tiny", "--nproc", "2", "--stages", "3", "--steps", "1",
+                    "--seq-len", "64", "--ds-config", str(path), "--json", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (setting,) = json.loads(done.stdout)["settings"]
+    assert setting["placement"]["model_state_bytes_per_param"] == 12
+    assert "grad.partition" not in setting["phases"]["step"]["measured"]

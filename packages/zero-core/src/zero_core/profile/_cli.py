@@ -115,7 +115,11 @@ def _dry_run_target(args: argparse.Namespace, base: ZeroConfig, nproc: int) -> D
 
 
 def _checked(ds_config: dict[str, Any]) -> ZeroConfig:
-    # Its ignored keys are warned about once per setting, when each is checked in request_from_args.
+    # Its ignored keys are warned about once per setting, when each is checked in request_from_args; so is
+    # step_in_backward, which needs the stage that --stages sets for each setting.
+    zero = ds_config.get("zero_optimization")
+    if isinstance(zero, dict) and "step_in_backward" in zero:
+        ds_config = {**ds_config, "zero_optimization": {k: v for k, v in zero.items() if k != "step_in_backward"}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
         return load_config(ds_config)
