@@ -19,16 +19,12 @@ checked against their sizes from the model's shape too.
 """
 from __future__ import annotations
 
-import gc
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from multirank import run_ranks
-from swap_helpers import direct_directory
+from nvme_peak_helpers import counted_runs
 
 IN, OUT, BATCH, STEPS = 512, 1024, 256, 3
 WORLD = 2
@@ -46,16 +42,6 @@ def _config(stage: int, device: str, nvme_path: str) -> dict[str, Any]:
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
             "zero_optimization": {"stage": stage, "sub_group_size": SUB_GROUP,
                                   "stage3_param_persistence_threshold": 0, "offload_optimizer": block}}
-
-
-def _settle(baseline: int) -> None:
-    """Wait until the previous run's memory is back (gloo's threads drop communicated tensors a moment late)."""
-    import zero_pin
-
-    deadline = time.monotonic() + 5
-    while zero_pin.host_allocator_stats()["current"] > baseline and time.monotonic() < deadline:
-        gc.collect()
-        time.sleep(0.01)
 
 
 def _run(rank: int, stage: int, device: str, nvme_path: str) -> dict[str, Any]:
@@ -83,27 +69,9 @@ def _run(rank: int, stage: int, device: str, nvme_path: str) -> dict[str, Any]:
     return {"init": init, "train": train, "host": host, "allocations": allocations}
 
 
-def _all(rank: int, world_size: int, nvme_path: str) -> dict[tuple[int, str], dict[str, Any]]:
-    import zero_pin
-    from zero_core.accelerator import get_accelerator
-
-    get_accelerator().count_allocations()
-    baseline = zero_pin.host_allocator_stats()["current"]
-    found = {}
-    for stage in (2, 3):
-        for device in ("cpu", "nvme"):
-            _settle(baseline)
-            found[stage, device] = _run(rank, stage, device, nvme_path)
-    return found
-
-
 @pytest.fixture(scope="module")
 def peaks(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from zero_pin._native_build import COUNTING_ALLOCATOR_OP
-
-    COUNTING_ALLOCATOR_OP.load()  # built once here (not counting: nothing is installed); the ranks load it
-    for root in direct_directory(tmp_path_factory.mktemp("nvme-peak")):
-        yield run_ranks(_all, WORLD, str(Path(root)), timeout=180)
+    yield from counted_runs(tmp_path_factory, "nvme-peak", _run, WORLD, timeout=180)
 
 
 @pytest.mark.parametrize("stage", [2, 3])

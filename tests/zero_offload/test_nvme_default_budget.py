@@ -16,16 +16,13 @@ what was counted before `initialize`:
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from zero_plugins import POOL_SHARE, swap_slice_numel
 
-from multirank import run_ranks
-from swap_helpers import direct_directory
-from test_nvme_allocator_peak import _settle
+from nvme_peak_helpers import counted_runs
 
 IN, OUT, BATCH, STEPS = 2048, 6144, 8, 3
 WORLD = 2
@@ -69,27 +66,9 @@ def _run(rank: int, stage: int, device: str, nvme_path: str) -> dict[str, Any]:
     return {"peak": peak, "host": host, "losses": losses}
 
 
-def _all(rank: int, world_size: int, nvme_path: str) -> dict[tuple[int, str], dict[str, Any]]:
-    import zero_pin
-    from zero_core.accelerator import get_accelerator
-
-    get_accelerator().count_allocations()
-    baseline = zero_pin.host_allocator_stats()["current"]
-    found = {}
-    for stage in (2, 3):
-        for device in ("cpu", "nvme"):
-            _settle(baseline)
-            found[stage, device] = _run(rank, stage, device, nvme_path)
-    return found
-
-
 @pytest.fixture(scope="module")
 def peaks(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from zero_pin._native_build import COUNTING_ALLOCATOR_OP
-
-    COUNTING_ALLOCATOR_OP.load()  # built once here (not counting: nothing is installed); the ranks load it
-    for root in direct_directory(tmp_path_factory.mktemp("nvme-default")):
-        yield run_ranks(_all, WORLD, str(Path(root)), timeout=300)
+    yield from counted_runs(tmp_path_factory, "nvme-default", _run, WORLD, timeout=300)
 
 
 def test_the_default_pool_is_whole_blocks_within_a_sixteenth_of_the_state() -> None:
