@@ -100,6 +100,7 @@ class RecordingAccelerator(CpuAccelerator):
 
 class RecordingDevice(CpuOffloadDevice):
     def to_host(self, host: torch.Tensor, source: torch.Tensor, *, accumulate: bool) -> Transfer:
+        LOG.append(("to_host-add" if accumulate else "to_host-copy", None))
         return _labelled(super().to_host(host, source, accumulate=accumulate), "to_host", host)
 
     def to_device(self, target: torch.Tensor, host: torch.Tensor) -> Transfer:
@@ -256,6 +257,14 @@ def test_the_host_waits_for_the_gradients_before_the_step_reads_them(runs) -> No
             steps += 1
             assert not pending, f"the step read gradients still in flight: {[t.label for t in pending.values()]}"
     assert steps >= STEPS
+
+
+def test_one_micro_batch_copies_its_gradients_in_without_adding(runs) -> None:  # type: ignore[no-untyped-def]
+    """The step zeroes the host gradient partitions; the next backward's first write-back into one copies (2 bytes
+    per element across PCIe from a 16-bit bucket) rather than adds (a copy in, an add and a copy out)."""
+    for span in _spans(runs["recorded"]["log"], "backward-begin", "backward-end"):
+        kinds = [kind for kind, _ in span if kind.startswith("to_host")]
+        assert kinds and set(kinds) == {"to_host-copy"}, kinds
 
 
 def test_a_write_back_holds_the_reduce_buffer_it_reads(recording) -> None:  # type: ignore[no-untyped-def]

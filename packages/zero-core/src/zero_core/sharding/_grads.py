@@ -50,6 +50,9 @@ class GradBuckets:
         self._step_copies: list[torch.Tensor] = []  # fp32 copies the step reads, where the home keeps buffers
         self._tensors: list[torch.Tensor | None] = [None] * len(self._layouts)
         self._views: list[list[torch.Tensor]] = [[] for _ in self._layouts]
+        # Which allocated tensors hold zeros only: the first reduced gradient is copied in, not added (offloaded,
+        # an add is a copy in, an add on the device and a copy out: 4x the transfer of a 16-bit copy).
+        self._zeroed: list[bool] = [False] * len(self._layouts)
         # step_in_backward (_backward_step.py): called with a bucket's index once its reduced gradient is in
         self.on_reduced: Callable[[int], None] | None = None
 
@@ -64,12 +67,15 @@ class GradBuckets:
                 tensor = self._home.allocate(layout.padded_numel, self._stored_dtype, Category.GRAD_FULL)
                 self._views[index] = [tensor[s.offset : s.offset + s.numel].view(s.shape) for s in layout.slots]
             self._tensors[index] = tensor
+            self._zeroed[index] = True
         return tensor
 
     def accumulate(self, index: int, reduced: torch.Tensor) -> Transfer:
         """Start adding this rank's reduced slice of bucket `index`'s gradient (on the device) to its partition;
         the write-back in flight holds `reduced` until it is complete (the step's boundary waits for it)."""
-        transfer = self._home.copy_in(self.get(index), reduced, accumulate=True)
+        stored = self.get(index)
+        transfer = self._home.copy_in(stored, reduced, accumulate=not self._zeroed[index])
+        self._zeroed[index] = False
         if self.on_reduced is not None:
             self.on_reduced(index)  # on the device, where step_in_backward runs: the add is complete
         return transfer
@@ -88,6 +94,7 @@ class GradBuckets:
     def take(self, index: int, slot_index: int, param: torch.nn.Parameter) -> None:
         """Whole gradients: make `param.grad` its view into the bucket, copying in a gradient autograd made afresh."""
         self.get(index)
+        self._zeroed[index] = False  # written through its views, not through accumulate
         view = self._views[index][slot_index]
         if param.grad is not view:
             view.copy_(cast(torch.Tensor, param.grad))  # called from the post-accumulate-grad hook: it is set
@@ -138,9 +145,10 @@ class GradBuckets:
         return [tensor for tensor in self._tensors if tensor is not None]
 
     def zero(self) -> None:
-        for tensor in self._tensors:
+        for index, tensor in enumerate(self._tensors):
             if tensor is not None:
                 tensor.zero_()
+                self._zeroed[index] = True
 
     def __len__(self) -> int:
         return len(self._layouts)
