@@ -353,3 +353,23 @@ def test_as_dict_echoes_the_inputs_and_breaks_every_location_down_by_category():
     pinned = data["categories"]["host.pinned"]["step"]
     assert pinned == {k: 4 * v for k, v in result.by_category("host.pinned", "step", per_rank=True).items()}
     assert estimate(from_numbers(10**9)).as_dict()["inputs"]["attention"] == "sdpa"  # transformers' default
+
+
+def test_zero_settings_defaults_are_the_schemas():
+    """DeepSpeed's defaults are stated by the ds_config schema (zero_plugins.ds_config). ZeroSettings keeps them as
+    literals, because an estimate from counts imports no pydantic (test_estimate_cli.py); this holds them equal."""
+    from zero_plugins.ds_config import AioConfig, OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
+
+    settings = ZeroSettings()
+    fields = {name: (ZeroOptimizationConfig, name) for name in (
+        "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "sub_group_size",
+        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+        "memory_efficient_linear", "step_in_backward")}
+    fields |= {"pin_memory": (OffloadOptimizerConfig, "pin_memory"),
+               "optimizer_buffer_count": (OffloadOptimizerConfig, "buffer_count"),
+               "param_buffer_count": (OffloadParamConfig, "buffer_count"),
+               "param_buffer_size": (OffloadParamConfig, "buffer_size"),
+               "param_max_in_cpu": (OffloadParamConfig, "max_in_cpu"),
+               "aio_block_size": (AioConfig, "block_size")}
+    for name, (block, key) in fields.items():
+        assert getattr(settings, name) == block.model_fields[key].default, name
