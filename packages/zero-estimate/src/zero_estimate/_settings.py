@@ -16,6 +16,8 @@ from ._errors import EstimateError
 # Bytes per element of the params, gradients and activations the model computes with.
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor")
+# Each optimizer's fp32 state tensors of a parameter's size (Adafactor's second moment is whole on a flat master).
+STATE_TENSORS = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "adafactor": 1}
 # How torch steps the fp32 master (optimizer_impl): foreach on a GPU by default, tensor by tensor on a CPU
 # device, fused when the config asks for it.
 OPTIMIZER_IMPLS = ("foreach", "single-tensor", "fused")
@@ -194,10 +196,9 @@ class ZeroSettings:
 
 def placement_plan(zero: ZeroSettings, training: Training, cluster: Cluster) -> PlacementPlan:
     """The engine's placement plan for these settings: the same rules decide every copy for both."""
-    state_tensors = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "adafactor": 1}[training.optimizer]
     return build_plan(PlanInputs(
         stage=zero.stage, compute_dtype=training.precision, world_size=cluster.world_size,
         offload_optimizer=zero.offload_optimizer, offload_param=zero.offload_param,
         optimizer_pin_memory=zero.pin_memory, param_pin_memory=zero.pin_memory,
-        optimizer_state_tensors=state_tensors, step_in_backward=zero.step_in_backward,
+        optimizer_state_tensors=STATE_TENSORS[training.optimizer], step_in_backward=zero.step_in_backward,
     ))

@@ -32,15 +32,14 @@ from ._partitions import (
     param_shards,
     param_shards_by_home,
 )
-from ._settings import Cluster, Training, ZeroSettings, placement_plan
+from ._settings import STATE_TENSORS, Cluster, Training, ZeroSettings, placement_plan
 from ._spec import ModelSpec
 
 # Bytes per trainable param of each optimizer's fp32 state (Adafactor's depends on shapes).
 STATE_BYTES = {"adamw": 8, "adam": 8, "sgd-momentum": 4, "sgd": 0}
 _STATE_NAMES = {"adamw": "Adam m and v", "adam": "Adam m and v", "sgd-momentum": "SGD momentum", "sgd": "SGD: none"}
-# With the optimizer on NVMe: each optimizer's param-sized fp32 state tensors (a swap file each per
-# swap slice), and whether it keeps a 4-byte step count per tensor (which stays in host memory).
-_SWAPPED_STATES = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "adafactor": 1}
+# With the optimizer on NVMe, each state tensor (STATE_TENSORS) is a swap file per swap slice; whether the
+# optimizer keeps a 4-byte step count per tensor (which stays in host memory).
 _STEP_COUNTS = {"adamw": True, "adam": True, "sgd-momentum": False, "sgd": False, "adafactor": True}
 
 
@@ -237,7 +236,7 @@ def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
     state tensors a swap file of their own; the step reads them into `buffer_count` buffers one slice
     at a time. The fp32 gradients stay in host memory (_offloaded_optimizer), as with `cpu`.
     """
-    files = _SWAPPED_STATES[c.training.optimizer]
+    files = STATE_TENSORS[c.training.optimizer]
     buffer_numel = _swap_slice(c, files)
     groups = shards.cut(buffer_numel.value, "G")
     what = "fp32 master params in swap files, one per swap slice, in whole blocks"

@@ -51,7 +51,8 @@ def open_offload_devices(
     zero = config.zero_optimization
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     blocks = [b for b in (zero.offload_optimizer, zero.offload_param) if b is not None and b.device != "none"]
-    run_id = _shared_run_id(comm, accelerator) if any(_keeps_files(b.device) for b in blocks) else ""
+    keeps_files = any(b.device in policy.plan.inputs.swap_devices for b in blocks)  # the plan's NVMe locations
+    run_id = _shared_run_id(comm, accelerator) if keeps_files else ""
 
     def open_for(block: OffloadOptimizerConfig | OffloadParamConfig, path: str) -> OffloadDevice:
         return open_offload_device(block.device, OffloadSettings(block, path, config.aio, accelerator, ledger,
@@ -102,10 +103,6 @@ def _steps_elementwise(kind: str | None, client: torch.optim.Optimizer | Optimiz
                                                torch.optim.Adagrad}
     known |= {cls for name in ("adam", "adagrad", "lion") if (cls := device.optimizer_class(name)) is not None}
     return type(client) in known
-
-
-def _keeps_files(name: str) -> bool:
-    return bool(swap_device_names(config_devices=[name]))
 
 
 def swap_device_names(*, config_devices: list[str]) -> frozenset[str]:

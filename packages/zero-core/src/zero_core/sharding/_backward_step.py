@@ -55,7 +55,6 @@ class BackwardStepper:
                 if (group_index, index) not in self._stepped:
                     self.step(group_index, index)
         squares = self._squares if self._squares is not None else torch.zeros((), device=self._device)
-        squares = squares.to(self._device)
         self._comm.all_reduce(squares)
         self._stepped.clear()
         self._squares = None

@@ -118,7 +118,8 @@ class MasterParams:
     def step_one_tensor(self, optimizer: torch.optim.Optimizer, group_index: int, index: int,
                         grad: torch.Tensor) -> None:
         """Step master tensor `index` alone with its fp32 gradient, one sub-group per call, and write it back."""
-        views = grad.split(self._sub_group_numel) if self._sub_group_numel is not None else [grad]
+        # cut exactly as the master was (as load_grads cuts)
+        views = [grad] if self._sub_group_numel is None else sub_group_views([grad], self._sub_group_numel)
         for (param, _), view in zip(self.sub_groups(index), views):
             param.grad = view
             step_one(optimizer, group_index, param)

@@ -29,6 +29,10 @@ class _Rules:
         # The master is a copy with 16-bit compute, or when it and the parameters live apart.
         self.has_master = self.mixed or self.optimizer_device is not None or self.param_device is not None
         self.master_location = self._offloaded_location(self.optimizer_device, pinned=False)
+        # Stage 3 keeps no compute-dtype partition of trained params where the fp32 master is on the device and
+        # the params are not offloaded: every gather casts the master shard.
+        self.casts_from_master = (inputs.stage == 3 and self.mixed and self.param_device is None
+                                  and self.master_location is Location.DEVICE)
 
     def _offloaded_location(self, device: str | None, *, pinned: bool) -> Location:
         if device is None:
@@ -56,13 +60,13 @@ class _Rules:
                 why += "; the first max_in_cpu elements stay in host memory"
             return PlacedCopy(Copy.PARAM_PARTITION, dtype, where, Lifetime.AT_REST, Extent.PARTITION,
                               self.param_device, why=why)
+        if self.casts_from_master:
+            return None
         if not self.has_master:
             return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
                               why="fp32 compute: the partition is also the master the optimizer steps")
-        if self.master_location is not Location.DEVICE:
-            return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
-                              why="the master is offloaded, so gathers read a 16-bit copy on the device")
-        return None  # every gather casts the fp32 master shard on the device
+        return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
+                          why="the master is offloaded, so gathers read a 16-bit copy on the device")
 
     def persistent(self) -> PlacedCopy | None:
         if self.i.stage < 3:
@@ -82,8 +86,7 @@ class _Rules:
             return None
         extent = Extent.WHOLE if self.i.stage == 0 else Extent.PARTITION
         return PlacedCopy(Copy.MASTER, "fp32", self.master_location, Lifetime.AT_REST, extent, self.optimizer_device,
-                          why="what the optimizer steps" + ("; gathers cast it" if self.i.stage == 3 and
-                                                             not self.partition() else ""))
+                          why="what the optimizer steps" + ("; gathers cast it" if self.casts_from_master else ""))
 
     def gradients(self) -> list[PlacedCopy]:
         dtype = self.i.compute_dtype
