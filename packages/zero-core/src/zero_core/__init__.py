@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
     from .engine import (
         EngineMisuse as EngineMisuse,
+        HalfAppliedStep as HalfAppliedStep,
         NonFiniteStepsError as NonFiniteStepsError,
         RankMismatch as RankMismatch,
         ZeroEngine as ZeroEngine,

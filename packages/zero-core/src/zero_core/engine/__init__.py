@@ -12,12 +12,14 @@ from ._initialize import initialize
 from ..comm import RankMismatch
 from ._skips import NonFiniteStepsError
 from ._usage import EngineMisuse
+from ._whole_step import HalfAppliedStep
 
 __all__ = [
     "add_config_arguments",
     "DynamicLossScaler",
     "EngineMisuse",
     "EngineParts",
+    "HalfAppliedStep",
     "FlatLayout",
     "LossScaler",
     "NonFiniteStepsError",

@@ -75,6 +75,7 @@ class DeepSpeedCalls:
         Tied parameters are one tensor under each name. DeepSpeed refuses stages 0-2 (a ValueError); here they
         give the same dictionary, since their weights are already whole.
         """
+        self._order.check_whole("_zero3_consolidated_16bit_state_dict")
         self._order.check_states_present("_zero3_consolidated_16bit_state_dict")
         state = self._passes.full_state_dict()
         if self.global_rank != 0:

@@ -1,6 +1,7 @@
 """ZeroEngine: DeepSpeed's training loop (`engine(batch)`, `engine.backward(loss)`, `engine.step()`)."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from dataclasses import dataclass
@@ -22,9 +23,12 @@ from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
 from ._state_moves import StateMover
 from ._usage import CallOrder
+from ._whole_step import InterruptsHeld, half_applied
 
 if TYPE_CHECKING:
     from zero_plugins.ds_config import ZeroConfig
+
+_LOGGER = logging.getLogger("zero_core.engine")
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._trainable = TrainableSet(parts.module)
         self._losses = LossWatch()
         self._pinning = PinningPerStep()
+        self._interrupts: InterruptsHeld | None = None  # held from a backward that steps until its step() ends
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -125,23 +130,30 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         if scale != 1.0:
             scaled = scaled * scale
         self._post("backward")
+        if self.optimizer.steps_in_backward:
+            # the backward updates the parameters, so the step begins here: an interrupt waits for step()'s end
+            self._interrupts = InterruptsHeld(f"step {self.global_steps + 1}").__enter__()
         with self._passes.backward(), self.ledger.phase("backward"):
             for group in self.optimizer.groups:
                 group.grads.attach()
             self._reducer.begin(reduce=self.is_gradient_accumulation_boundary())
             try:
                 scaled.backward(retain_graph=retain_graph)
+                self._reducer.end()  # (the last buckets' reductions: under step_in_backward, their steps)
             except BaseException as error:
                 self._reducer.abort()
                 self._order.backward_pending = False  # this micro-batch's backward did not happen
                 self._post_failure("backward", error)
+                self._mark_if_half_applied(error, self.optimizer.part_applied)
+                self._release_interrupts(error)
                 raise
-            self._reducer.end()
         try:
             check_reached(self._reducer.received)
         except ZeroError as error:
             self._order.backward_pending = False  # refused: a backward with a corrected loss may follow
             self._post_failure("backward", error)
+            self._mark_if_half_applied(error, self.optimizer.part_applied)
+            self._release_interrupts(error)
             raise
         self._losses.add(loss)
         return loss
@@ -156,14 +168,26 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._step_applied = False
         if self.is_gradient_accumulation_boundary():
             self._saver.wait_for_snapshot()  # an asynchronous save still copying the weights the step changes
-            scale = self.optimizer.loss_scale
-            self._post("step")
+            interrupts, self._interrupts = self._interrupts or InterruptsHeld(f"step {self.global_steps + 1}"), None
+            with interrupts:
+                self._boundary_step(lr_kwargs)
+        self.micro_steps += 1
+
+    def _release_interrupts(self, error: BaseException) -> None:
+        """A backward that failed ends the step it began: interrupts are no longer held for it."""
+        if self._interrupts is not None:
+            self._interrupts.__exit__(type(error), error, None)
+            self._interrupts = None
+
+    def _boundary_step(self, lr_kwargs: dict[str, Any] | None) -> None:
+        """The optimizer's step, the scheduler's and the counters': whole, or the engine refuses to go on."""
+        scale = self.optimizer.loss_scale
+        self._post("step")
+        applied = False
+        try:
             with self.ledger.phase("step"):
                 try:
                     applied = self.optimizer.step(before_update=lambda: self._losses.check(self.global_steps + 1))
-                except BaseException as error:
-                    self._post_failure("step", error)
-                    raise
                 finally:
                     self._losses.reset()
             self._step_applied = applied
@@ -176,10 +200,20 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
                 after = self.optimizer.loss_scale
                 self._skips.record_skipped(self.global_steps + 1,
                                            f"loss scale {scale:g} -> {after:g}" if self.fp16_enabled() else "")
-            self.global_steps += 1
-            self.global_samples += self.train_batch_size()
-            self._pinning.end_step()
-        self.micro_steps += 1
+        except BaseException as error:
+            self._post_failure("step", error)
+            # updated, but the scheduler and the count not: as half applied as a failure inside the update
+            self._mark_if_half_applied(error, applied or self.optimizer.part_applied)
+            raise
+        self.global_steps += 1
+        self.global_samples += self.train_batch_size()
+        self._pinning.end_step()
+
+    def _mark_if_half_applied(self, error: BaseException, part_applied: bool) -> None:
+        if not part_applied:
+            return
+        self._order.half_applied = half_applied(self.global_steps + 1, error)
+        _LOGGER.error("%s", self._order.half_applied)  # the error itself goes on unchanged: callers catch its kind
 
     def _post(self, phase: str) -> None:
         """Say where this rank is (the store's progress board): a peer whose collective fails names it."""
@@ -235,6 +269,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
         Every rank must call it: at stage 3 the units are gathered one at a time.
         """
+        self._order.check_whole("module_state_dict")
         self._order.check_states_present("module_state_dict")
         return self._passes.full_state_dict()
 
@@ -247,6 +282,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         save has begun and writes it while training goes on; `wait_for_checkpoint()` waits for it."""
         from ..checkpoint import begin_save, write_save
 
+        self._order.check_whole("save_checkpoint")
         self._order.check_states_present("save_checkpoint")
         pending = begin_save(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters)
         if async_save:
@@ -270,8 +306,10 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
         self._order.check_states_present("load_checkpoint")
         self._saver.wait()
-        return load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
-                               load_lr_scheduler_states, load_module_only, trust_checkpoint)
+        loaded = load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
+                                 load_lr_scheduler_states, load_module_only, trust_checkpoint)
+        self._order.half_applied = None  # the weights are the checkpoint's now
+        return loaded
 
     def memory_report(self) -> MemoryReport:
         """The ledger per device, current and peak bytes per category, and the collectives' bytes."""
@@ -293,6 +331,9 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model, and release
         what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished."""
         self._order.destroyed = True
+        if self._interrupts is not None:  # a backward that stepped, with no step() after it
+            self._interrupts.__exit__(None, None, None)
+            self._interrupts = None
         self.module.__dict__.pop(WRAPPED_ATTRIBUTE, None)  # the model may be wrapped again
         self._saver.wait()
         self._reducer.remove_hooks()

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from zero_plugins import ZeroError
 
+from ._whole_step import HalfAppliedStep
+
 
 class EngineMisuse(ZeroError, RuntimeError):
     """A call out of the training loop's order (step without backward, use after destroy, ...)."""
@@ -18,12 +20,19 @@ class CallOrder:
         self.backward_pending = False  # a backward whose step has not come yet
         self.destroyed = False
         self.states_away: frozenset[str] = frozenset()  # what engine.offload_states() moved off, until reload_states()
+        self.half_applied: HalfAppliedStep | None = None  # a step that failed part-way, until a checkpoint is loaded
 
     def check_alive(self, call: str) -> None:
         if self.destroyed:
             raise EngineMisuse(f"engine.{call}() after engine.destroy(): the engine's hooks and buffers are gone; "
                                "call zero_core.initialize again for a new engine")
+        self.check_whole(call)
         self.check_states_present(call)
+
+    def check_whole(self, call: str) -> None:
+        """Nothing trains on, saves or exports weights a failed step left half updated."""
+        if self.half_applied is not None:
+            raise HalfAppliedStep(f"engine.{call}() refused: {self.half_applied}") from self.half_applied
 
     def check_states_present(self, call: str) -> None:
         """Only the weights (`lp_params`) are needed by a forward or a read of them; training needs every state."""

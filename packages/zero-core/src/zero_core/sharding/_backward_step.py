@@ -36,16 +36,21 @@ class BackwardStepper:
             assert isinstance(group.master, MasterParams), "step_in_backward is refused with an offloaded optimizer"
             group.grads.on_reduced = partial(self.step, group_index)
 
+    @property
+    def stepped_any(self) -> bool:
+        """Whether a tensor of this step was updated already (the step is under way)."""
+        return bool(self._stepped)
+
     def step(self, group_index: int, index: int) -> None:
         group = self._groups[group_index]
         master = group.master
         assert isinstance(master, MasterParams)
+        self._stepped.add((group_index, index))  # before the update: a failure inside it leaves the step under way
         grad = group.grads.owned(index)
         square = torch.linalg.vector_norm(grad, dtype=torch.float32).square()
         self._squares = square if self._squares is None else self._squares + square
         master.step_one_tensor(self._optimizer, group_index, index, grad)
         group.grads.release_one(index)
-        self._stepped.add((group_index, index))
 
     def finish(self) -> float:
         """End the step: tensors no gradient reached step now with zeros (as the whole step would step them);

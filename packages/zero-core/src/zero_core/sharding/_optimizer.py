@@ -54,6 +54,17 @@ class ZeroOptimizer:
         self._ledger = ledger
         self._homes = homes
         self._backward = BackwardStepper(optimizer, groups, comm, homes.device) if step_in_backward else None
+        self._update_begun = False  # between the first parameter's update and the step's end
+
+    @property
+    def steps_in_backward(self) -> bool:
+        """zero_optimization.step_in_backward: the backward updates the parameters as their gradients arrive."""
+        return self._backward is not None
+
+    @property
+    def part_applied(self) -> bool:
+        """Whether an update began and has not ended: a failure now leaves some parameters stepped, others not."""
+        return self._update_begun or (self._backward is not None and self._backward.stepped_any)
 
     # --- what DeepSpeed's ZeRO optimizer exposes ---
     @property
@@ -121,6 +132,7 @@ class ZeroOptimizer:
             # zero-estimate's figures for the step expect (a released bucket's memory is freed otherwise).
             owned = [group.grads.owned(index) for index in range(len(group.grads))]
             group.master.load_grads(group.grads.for_step(owned, 1.0 / combined))
+        self._update_begun = True
         self._homes.masters.step(self.optimizer, [group.master for group in self.groups])
         for group in self.groups:
             group.master.clear_grads()
@@ -135,6 +147,7 @@ class ZeroOptimizer:
             self._all_gather_params()
         self.loss_scaler.update(overflow=False)
         self._homes.masters.count_state(self.optimizer, self._ledger)
+        self._update_begun = False
         return True
 
     def _finish_backward_steps(self, before_update: Callable[[], None] | None) -> bool:
@@ -144,6 +157,7 @@ class ZeroOptimizer:
         assert self._backward is not None
         if before_update is not None:
             before_update()
+        self._update_begun = True
         self._global_grad_norm = self._backward.finish()
         for group in self.groups:
             group.grads.release()
