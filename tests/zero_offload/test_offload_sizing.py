@@ -3,7 +3,7 @@
 Each optimizer keeps a different number of fp32 state tensors of a parameter's size (Adam and
 AdamW two, Lion and Adagrad one, SGD one with momentum and none without). The count
 `optimizer_state_tensors` gives must be what zero-offload's CPU optimizers and torch's allocate,
-and the engine must hand the device a plan of master + gradients + that state per element.
+and the engine must hand the device the placement plan's copies: master + gradients + that state per element.
 With the state on NVMe the plan holds the gradients and the swap pool instead, exactly the bytes the
 ledger then counts; the pool's buffers hold a budget's slice (zero_plugins.swap_slice_numel), finer than
 a sub-group only for an optimizer known to step element by element.
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from zero_plugins import swap_slice_numel
+from zero_plugins.placement import PlanInputs, build_plan
 
 import zero_core
 from swap_helpers import direct_directory
@@ -44,25 +45,43 @@ def test_the_state_count_is_what_the_optimizer_allocates(case: str) -> None:
     assert optimizer_state_tensors(name, params) == len(made)
 
 
+def _optimizer_copies(name: str, device: str, *, pin: bool) -> OptimizerCopies:
+    """The copies the placement plan puts at `device` for 1000 elements of a stage-2 partition."""
+    plan = build_plan(PlanInputs(stage=2, compute_dtype="bf16", offload_optimizer=device, optimizer_pin_memory=pin,
+                                 optimizer_state_tensors=optimizer_state_tensors(name, {})))
+    return OptimizerCopies.from_plan(plan, elements=1000, swap=SwapSettings(buffer_count=4, buffer_numel=1000))
+
+
 def test_lion_and_adagrad_plans_hold_one_state_tensor_not_adams_two() -> None:
-    swap = SwapSettings(buffer_count=4, buffer_numel=1000)
     for name in ("Lion", "Adagrad"):
-        copies = OptimizerCopies(elements=1000, state_tensors=optimizer_state_tensors(name, {}), swap=swap)
         # master 4 + gradients 4 + one fp32 state 4, per element; the gradients are pinned
-        assert copies.in_memory(pin=True) == OffloadPlan(12_000, 4000)
+        assert _optimizer_copies(name, "cpu", pin=True).sized(pin=True, alignment=1) == OffloadPlan(12_000, 4000)
         # in swap space: the master and the state; the gradients and 4 aligned buffers stay in host memory,
         # the pool's one allocation a block larger where it is not pinned (an aligned start is cut from it)
-        assert copies.swapped(pin=False, alignment=4096) == OffloadPlan(4000 + 5 * 4096, 0, disk_bytes=8000)
-        assert copies.swapped(pin=True, alignment=4096) == OffloadPlan(4000 + 4 * 4096, 4000 + 4 * 4096, 8000)
-    adam = OptimizerCopies(elements=1000, state_tensors=optimizer_state_tensors("Adam", {}), swap=swap)
-    assert adam.in_memory(pin=False) == OffloadPlan(16_000, 0)
+        unpinned = _optimizer_copies(name, "nvme", pin=False).sized(pin=False, alignment=4096)
+        assert unpinned == OffloadPlan(4000 + 5 * 4096, 0, disk_bytes=8000)
+        pinned = _optimizer_copies(name, "nvme", pin=True).sized(pin=True, alignment=4096)
+        assert pinned == OffloadPlan(4000 + 4 * 4096, 4000 + 4 * 4096, 8000)
+        # a pin backend that does not lock memory: the plan's pinned copies are pageable, and sized so
+        assert _optimizer_copies(name, "cpu", pin=True).sized(pin=False, alignment=1) == OffloadPlan(12_000, 0)
+    assert _optimizer_copies("Adam", "cpu", pin=False).sized(pin=False, alignment=1) == OffloadPlan(16_000, 0)
+    # SGD without momentum keeps no state: master and gradients alone
+    assert _optimizer_copies("SGD", "cpu", pin=False).sized(pin=False, alignment=1) == OffloadPlan(8000, 0)
+
+
+def test_the_optimizers_plan_leaves_out_partitions_at_a_device_of_the_same_name() -> None:
+    plan = build_plan(PlanInputs(stage=3, compute_dtype="bf16", offload_optimizer="cpu", offload_param="cpu",
+                                 optimizer_state_tensors=2))
+    copies = OptimizerCopies.from_plan(plan, elements=1000, swap=SwapSettings(buffer_count=4, buffer_numel=1000))
+    assert copies.sized(pin=False, alignment=1) == OffloadPlan(16_000, 0)  # master, gradients, Adam's m and v
 
 
 def test_parameter_plans_keep_max_in_cpu_in_memory() -> None:
     swap = SwapSettings(buffer_count=2, buffer_numel=100, dtype=torch.bfloat16)
-    copies = ParameterCopies(elements=1000, dtype=torch.bfloat16, max_in_cpu=400, swap=swap)
-    assert copies.in_memory(pin=True) == OffloadPlan(2000, 2000)
-    assert copies.swapped(pin=True, alignment=4096) == OffloadPlan(800 + 2 * 4096, 800 + 2 * 4096, disk_bytes=1200)
+    in_memory = ParameterCopies(elements=1000, dtype=torch.bfloat16, max_in_cpu=400, swap=swap, in_swap=False)
+    assert in_memory.sized(pin=True, alignment=4096) == OffloadPlan(2000, 2000)
+    swapped = ParameterCopies(elements=1000, dtype=torch.bfloat16, max_in_cpu=400, swap=swap, in_swap=True)
+    assert swapped.sized(pin=True, alignment=4096) == OffloadPlan(800 + 2 * 4096, 800 + 2 * 4096, disk_bytes=1200)
 
 
 @pytest.mark.usefixtures("solo_process_group")

@@ -63,6 +63,31 @@ def test_an_offloaded_optimizer_keeps_a_device_partition_and_host_gradients() ->
     assert plan.has(Copy.SWAP_BUFFERS)
 
 
+def test_both_blocks_on_nvme_keep_two_pools_and_the_swap_budget() -> None:
+    plan = _plan(offload_optimizer="nvme", offload_param="nvme", optimizer_buffer_count=6, param_buffer_count=3,
+                 param_max_in_cpu=1000, param_pin_memory=True)
+    optimizer_pool, param_pool = plan.get(Copy.SWAP_BUFFERS), plan.get(Copy.PARAM_SWAP_BUFFERS)
+    assert optimizer_pool is not None and (optimizer_pool.dtype, optimizer_pool.tensors) == ("fp32", 6)
+    assert optimizer_pool.location is Location.HOST
+    assert param_pool is not None and (param_pool.dtype, param_pool.tensors) == ("bf16", 3)
+    assert param_pool.location is Location.HOST_PINNED
+    assert plan.swap_budget(Copy.PARAM_PARTITION) == (3, 1000)  # read-ahead buffers, elements kept in host memory
+    assert plan.swap_budget(Copy.MASTER) == (6, None)  # every element in swap files, streamed through 6 buffers
+    on_cpu = _plan(offload_param="cpu")
+    partition = on_cpu.get(Copy.PARAM_PARTITION)
+    assert partition is not None and partition.in_memory_elements is None
+    assert not on_cpu.has(Copy.PARAM_SWAP_BUFFERS)
+    with pytest.raises(AssertionError, match="keeps no param partition in swap files"):
+        on_cpu.swap_budget(Copy.PARAM_PARTITION)
+
+
+def test_plan_for_config_takes_the_blocks_swap_budget() -> None:
+    config = load_config({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {
+        "stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 7, "max_in_cpu": 123}}})
+    plan = plan_for_config(config, world_size=2, accelerator="cuda")
+    assert plan.swap_budget(Copy.PARAM_PARTITION) == (7, 123)
+
+
 @pytest.mark.parametrize(("stage", "expected"), [(0, 2 * 4 + 2 * 4 + 4 * 4 + 4 * 4 + 8 * 4), (1, 8 + 8 + 4 + 4 + 8),
                                                  (2, 8 + 4 + 2 + 4 + 8)])
 def test_stages_0_to_2_keep_their_copies(stage: int, expected: int) -> None:

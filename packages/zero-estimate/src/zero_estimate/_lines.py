@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zero_plugins import Category
+from zero_plugins.placement import Location
 
 from ._formula import Q
 
@@ -22,9 +23,10 @@ BUILD = "build"  # the instant of lines that exist only while the model is built
 # line. At stages 0-2 whole 16-bit params are `param.persistent`, as in the ledger. The engine all-gathers
 # in place; only gloo stages a copy of a collective's buffer (`comm.staging`, on the CPU accelerator).
 # Where a copy lives: "gpu" is the accelerator's memory (the ledger's device-type location, "cuda",
-# or "cpu" on the CPU accelerator); the others are the ledger's own location names: "host" for
-# pageable host memory, "host.pinned" for page-locked host memory, "nvme" for swap files.
-LOCATIONS = ("gpu", "host", "host.pinned", "nvme")
+# or "cpu" on the CPU accelerator); the others are the placement plan's location names, which the
+# ledger uses too: "host" for pageable host memory, "host.pinned" for page-locked host memory, "nvme"
+# for swap files.
+LOCATIONS = ("gpu", *(str(where) for where in (Location.HOST, Location.HOST_PINNED, Location.NVME)))
 # The older device names, still accepted by Estimate.total() and friends: "cpu" is all host memory,
 # pinned or not, and "pinned" its page-locked part.
 DEVICES = ("gpu", "cpu", "nvme")

@@ -201,4 +201,6 @@ def placement_plan(zero: ZeroSettings, training: Training, cluster: Cluster) -> 
         offload_optimizer=zero.offload_optimizer, offload_param=zero.offload_param,
         optimizer_pin_memory=zero.pin_memory, param_pin_memory=zero.pin_memory,
         optimizer_state_tensors=STATE_TENSORS[training.optimizer], step_in_backward=zero.step_in_backward,
+        optimizer_buffer_count=zero.optimizer_buffer_count, param_buffer_count=zero.param_buffer_count,
+        param_max_in_cpu=zero.param_max_in_cpu,
     ))

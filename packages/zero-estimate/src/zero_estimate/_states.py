@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from zero_plugins import Category, budget_slice_numel
-from zero_plugins.placement import DTYPE_BYTES, Copy, StepGranularity
+from zero_plugins.placement import DTYPE_BYTES, Copy, Location, PlacedCopy, StepGranularity
 
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
@@ -46,6 +46,12 @@ _STEP_COUNTS = {"adamw": True, "adam": True, "sgd-momentum": False, "sgd": False
 class _Context:
     """The quantities every formula refers to, named as the docs name them."""
 
+    def placed(self, copy: Copy) -> PlacedCopy:
+        """Where the plan keeps `copy` (every line below takes its location from here, not from the settings)."""
+        placed = self.plan.get(copy)
+        assert placed is not None, f"the placement plan keeps no {copy}"
+        return placed
+
     def __init__(self, spec: ModelSpec, cluster: Cluster, training: Training, zero: ZeroSettings) -> None:
         self.spec, self.training, self.zero = spec, training, zero
         self.P = Q.var("P", spec.total_params)
@@ -57,7 +63,6 @@ class _Context:
         self.word = "16-bit" if training.mixed else "fp32"
         # The optimizer's share of the trainable params on this GPU: all of it at stage 0.
         self.T_part = self.T if zero.stage == 0 else self.T.per(self.N)
-        self.pinned = zero.pin_memory
         self.plan = placement_plan(zero, training, cluster)
         self.notes: list[str] = []
 
@@ -88,23 +93,22 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     Pn = c.P - Pp if persistent else c.P
     what = f"{c.word} params of <= {threshold:,} elements, whole on every GPU"
     lines.add(Category.PARAM_PERSISTENT, "gpu", what, c.b * Pp, ALWAYS)
-    device = c.zero.offload_param
-    if device == "none" and c.plan.params_cast_from_master:
+    partition = c.plan.get(Copy.PARAM_PARTITION)
+    if partition is None:
         # Gathers cast the fp32 master: only frozen params (which have none) keep a 16-bit partition.
         Pf = Q.var("Pf", _partitioned_frozen(c, threshold))
         what = f"{c.word} partition of the frozen params (trainable ones are gathered from the fp32 master)"
         lines.add(Category.PARAM_PARTITION, "gpu", what, c.b * Pf.per(c.N), ALWAYS)
-    elif device == "none":
+    elif partition.location is Location.DEVICE:
         lines.add(Category.PARAM_PARTITION, "gpu", f"{c.word} param partition", c.b * Pn.per(c.N), ALWAYS)
+    elif partition.location is Location.NVME:
+        _nvme_params(c, lines, Pn, partition)
     else:
         shards = param_shards(c.spec, c.zero, c.world_size, Pn, c.N)
         _bound_note(c, shards, "offload_param's param partitions")
-        if device == "cpu":
-            where, q = _on_host(c, shards, c.b.value, "Ui")
-            what = f"{c.word} param partitions offloaded to the host, one buffer per module unit"
-            lines.add(Category.PARAM_PARTITION, where, what, q, ALWAYS)
-        else:
-            _nvme_params(c, lines, Pn)
+        what = f"{c.word} param partitions offloaded to the host, one buffer per module unit"
+        where, q = _on_host(c, partition.location, shards, c.b.value, "Ui")
+        lines.add(Category.PARAM_PARTITION, where, what, q, ALWAYS)
     if c.spec.largest_layer_params is None:
         c.notes.append("largest layer unknown (pass --largest-layer): the stage-3 working set assumes 0 + prefetch")
     L = Q.var("L", c.spec.largest_layer_params or 0)
@@ -213,25 +217,27 @@ def _offloaded_optimizer(c: _Context, lines: Lines) -> None:
     """
     shards = optimizer_shards(c.spec, c.zero, c.world_size, c.T, c.N)
     _bound_note(c, shards, "offload_optimizer's buffers")
-    if c.zero.offload_optimizer == "nvme":
-        _nvme_optimizer(c, lines, shards)
+    master = c.placed(Copy.MASTER)
+    if master.location is Location.NVME:
+        _nvme_optimizer(c, lines, shards, master)
     else:
         S, K = shards.total, Q.var("K", shards.count)
-        lines.add(Category.OPTIM_MASTER, "host", "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
+        lines.add(Category.OPTIM_MASTER, str(master.location), "fp32 master params, one tensor per shard", 4 * S, ALWAYS)
         what, state = _offloaded_state(c, S, K)
-        lines.add(Category.OPTIM_STATE, "host", what, state, AFTER_INIT)  # made by the first step
-    grads_where, grads = _on_host(c, shards, 4, "Si")
+        lines.add(Category.OPTIM_STATE, str(master.location), what, state, AFTER_INIT)  # made by the first step
     if c.zero.stage == 1:
         # Stage 1 reduces whole 16-bit grads on the GPU; the step copies its slices into these buffers.
         what = "fp32 grads the CPU step reads, one buffer per shard, filled at the step"
-        lines.add(Category.OPTIM_GRAD, grads_where, what, grads, ALWAYS)
+        where, q = _on_host(c, c.placed(Copy.STEP_GRAD).location, shards, 4, "Si")
+        lines.add(Category.OPTIM_GRAD, where, what, q, ALWAYS)
     else:
         # made by the first backward, where the first reduced gradients land (zero profile: none at init)
         what = "fp32 grad partition, one buffer per shard, reduced grads added to it during backward"
-        lines.add(Category.GRAD_PARTITION, grads_where, what, grads, AFTER_INIT)
+        where, q = _on_host(c, c.placed(Copy.GRAD_PARTITION).location, shards, 4, "Si")
+        lines.add(Category.GRAD_PARTITION, where, what, q, AFTER_INIT)
 
 
-def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
+def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards, master: PlacedCopy) -> None:
     """zero-offload's `nvme` device: each master shard cut into swap slices, and each slice's master and
     state tensors a swap file of their own; the step reads them into `buffer_count` buffers one slice
     at a time. The fp32 gradients stay in host memory (_offloaded_optimizer), as with `cpu`.
@@ -240,15 +246,16 @@ def _nvme_optimizer(c: _Context, lines: Lines, shards: Shards) -> None:
     buffer_numel = _swap_slice(c, files)
     groups = shards.cut(buffer_numel.value, "G")
     what = "fp32 master params in swap files, one per swap slice, in whole blocks"
-    lines.add(Category.OPTIM_MASTER, "nvme", what, groups.blocked(4, "Gi"), ALWAYS)
+    lines.add(Category.OPTIM_MASTER, str(master.location), what, groups.blocked(4, "Gi"), ALWAYS)
     what = f"{_swapped_state_name(c)} (fp32) in swap files, one per tensor and swap slice, in whole blocks"
-    lines.add(Category.OPTIM_STATE, "nvme", what, files * groups.blocked(4, "Gi"), ALWAYS)
+    # (the plan keeps the state where the master is; SGD without momentum has none: a line of 0 bytes)
+    lines.add(Category.OPTIM_STATE, str(master.location), what, files * groups.blocked(4, "Gi"), ALWAYS)
     if _STEP_COUNTS[c.training.optimizer]:
         # A step count is not param-sized, so it is not swapped: the engine keeps it in (pageable) memory.
         what = "4-byte step count per swap slice, kept in host memory"
-        lines.add(Category.OPTIM_STATE, "host", what, 4 * Q.var("KG", groups.count), ALWAYS)
+        lines.add(Category.OPTIM_STATE, str(Location.HOST), what, 4 * Q.var("KG", groups.count), ALWAYS)
     pool = Q.var("nb", c.zero.optimizer_buffer_count) * blocks_q(4 * buffer_numel)
-    lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
+    lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, Copy.SWAP_BUFFERS, pool, "optimizer swap buffers (offload_optimizer.buffer_count"), ALWAYS)
     if c.zero.optimizer_buffer_count < 1 + files:
         c.notes.append(
             f"offload_optimizer.buffer_count is {c.zero.optimizer_buffer_count}, but the step swaps {1 + files} "
@@ -277,21 +284,23 @@ def _swapped_state_name(c: _Context) -> str:
     return "Adafactor second moment" if name == "adafactor" else _STATE_NAMES[name]
 
 
-def _nvme_params(c: _Context, lines: Lines, Pn: Q) -> None:
+def _nvme_params(c: _Context, lines: Lines, Pn: Q, partition: PlacedCopy) -> None:
     """`offload_param.device: nvme`: unit shards stay in host memory up to max_in_cpu elements (as with
     `cpu`); the rest are a swap file each, read through `buffer_count` buffers when gathered."""
     kept, swapped = param_shards_by_home(c.spec, c.zero, c.world_size, Pn, c.N)
     _bound_note(c, swapped if swapped.count else kept, "offload_param's param partitions")
-    where, q = _on_host(c, kept, c.b.value, "Ui")
+    # the host side of the plan's NVMe partition: where its swap buffers are (pinned or not)
+    kept_where = c.placed(Copy.PARAM_SWAP_BUFFERS).location
     what = f"{c.word} param partitions kept in host memory (offload_param.max_in_cpu), one buffer per unit"
+    where, q = _on_host(c, kept_where, kept, c.b.value, "Ui")
     lines.add(Category.PARAM_PARTITION, where, what, q, ALWAYS)
     what = f"{c.word} param partitions past max_in_cpu in swap files, one per unit, in whole blocks"
-    lines.add(Category.PARAM_PARTITION, "nvme", what, swapped.blocked(c.b.value, "Ui"), ALWAYS)
+    lines.add(Category.PARAM_PARTITION, str(partition.location), what, swapped.blocked(c.b.value, "Ui"), ALWAYS)
     if not swapped.count:
         return  # the engine makes the buffers when the first partition goes to a file
     buffer_numel = smallest(Q.var("bs", c.zero.param_buffer_size), Pn.per(c.N))
     pool = Q.var("nb", c.zero.param_buffer_count) * blocks_q(c.b * buffer_numel)
-    lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, pool, "param swap buffers (offload_param.buffer_count"), ALWAYS)
+    lines.add(Category.SWAP_BUFFER, *_swap_buffers(c, Copy.PARAM_SWAP_BUFFERS, pool, "param swap buffers (offload_param.buffer_count"), ALWAYS)
     largest_file = max(size for size, _ in swapped.sizes)
     if c.zero.param_buffer_count < 1 or buffer_numel.value < largest_file:
         c.notes.append(
@@ -302,19 +311,19 @@ def _nvme_params(c: _Context, lines: Lines, Pn: Q) -> None:
         )
 
 
-def _swap_buffers(c: _Context, pool: Q, what: str) -> tuple[str, str, Q]:
+def _swap_buffers(c: _Context, copy: Copy, pool: Q, what: str) -> tuple[str, str, Q]:
     """(location, what, bytes) of one swap-buffer allocation of `pool` bytes (zero-offload's aligned_empty).
 
     Pinned (pin_memory, with a backend that pins, as for every offloaded buffer here), it is the pin
     backend's page-aligned block: exactly `pool` bytes, in whole pages. Otherwise it is pageable memory
     over-allocated by one block, so that a block-aligned start can be cut from it.
     """
-    if c.pinned:
+    if c.placed(copy).location is Location.HOST_PINNED:
         locked = pages(pool.value, c.page)
         if locked != pool.value:  # only where pages are larger than the 4 KiB blocks
             pool = Q(locked, f"pages({pool.symbols})", f"pages({pool.numbers})")
-        return "host.pinned", f"{what} x buffer, one pinned allocation)", pool
-    return "host", f"{what} x buffer, one allocation, + a block to align its start)", pool + SWAP_BLOCK
+        return str(Location.HOST_PINNED), f"{what} x buffer, one pinned allocation)", pool
+    return str(Location.HOST), f"{what} x buffer, one allocation, + a block to align its start)", pool + SWAP_BLOCK
 
 
 def _offloaded_state(c: _Context, S: Q, K: Q) -> tuple[str, Q]:
@@ -329,12 +338,12 @@ def _offloaded_state(c: _Context, S: Q, K: Q) -> tuple[str, Q]:
     return f"{_STATE_NAMES[name]} (fp32)", Q.const(STATE_BYTES[name]) * S
 
 
-def _on_host(c: _Context, shards: Shards, per_element: int, each: str) -> tuple[str, Q]:
-    """Shards held in host memory that device transfers use: pinned buffers, each locked in whole pages,
-    unless pin_memory is false."""
-    if c.pinned:
-        return "host.pinned", shards.paged(per_element, c.page, each)
-    return "host", per_element * shards.total
+def _on_host(c: _Context, where: Location, shards: Shards, per_element: int, each: str) -> tuple[str, Q]:
+    """(location, bytes) of shards held in host memory that device transfers use, where the plan puts
+    them: pinned buffers are each locked in whole pages."""
+    if where is Location.HOST_PINNED:
+        return str(where), shards.paged(per_element, c.page, each)
+    return str(where), per_element * shards.total
 
 
 def _bound_note(c: _Context, shards: Shards, what: str) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from zero_plugins import swap_slice_numel
+from zero_plugins.placement import Copy, Location
 
 from ..accelerator import Accelerator
 from ..comm import Collectives
@@ -33,7 +34,6 @@ from ..offload import (
     SwapSettings,
     offload_device_registry,
     open_offload_device,
-    optimizer_state_tensors,
     steps_elementwise,
 )
 from ..sharding import COMPUTE_DTYPES, OptimizerFactory, ParamGroup, StagePolicy
@@ -47,11 +47,13 @@ def open_offload_devices(
     accelerator: Accelerator, ledger: MemoryLedger, comm: Collectives,
     client: torch.optim.Optimizer | OptimizerFactory | None = None,
 ) -> OffloadDevices:
-    """`client`: the optimizer (or factory) passed to initialize, which steps instead of the config's."""
+    """`client`: the optimizer (or factory) passed to initialize, which steps instead of the config's. Which
+    copies go to which device is the placement plan's (`policy.plan`); the blocks give each device its settings."""
     zero = config.zero_optimization
+    plan = policy.plan
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     blocks = [b for b in (zero.offload_optimizer, zero.offload_param) if b is not None and b.device != "none"]
-    keeps_files = any(b.device in policy.plan.inputs.swap_devices for b in blocks)  # the plan's NVMe locations
+    keeps_files = any(b.device in plan.inputs.swap_devices for b in blocks)  # the plan's NVMe locations
     run_id = _shared_run_id(comm, accelerator) if keeps_files else ""
 
     def open_for(block: OffloadOptimizerConfig | OffloadParamConfig, path: str) -> OffloadDevice:
@@ -60,32 +62,34 @@ def open_offload_devices(
 
     optimizer = parameters = None
     plans: list[tuple[OffloadDevice, OffloadPlan]] = []
-    if policy.optimizer_offloaded and zero.offload_optimizer is not None:
+    if plan.offloaded(Copy.MASTER) is not None and zero.offload_optimizer is not None:
         block = zero.offload_optimizer
         device = open_for(block, "zero_optimization.offload_optimizer")
         trainable = sum(p.numel() for group in param_groups for p in group.params)
         partition = math.ceil(trainable / comm.world_size)
         kind = config.optimizer.type if config.optimizer is not None else None
-        state = optimizer_state_tensors(kind, config.optimizer.params if config.optimizer is not None else {})
+        state = plan.inputs.optimizer_state_tensors
         # One buffer holds one swap slice: sized from the pool's budget, not from the sub-group alone.
         slice_numel = swap_slice_numel(partition=partition, sub_group_size=zero.sub_group_size, state_tensors=state,
                                        buffer_count=block.buffer_count, block_size=config.aio.block_size,
                                        elementwise=_steps_elementwise(kind, client, device))
         swap = SwapSettings(buffer_count=block.buffer_count, buffer_numel=slice_numel,
                             pipeline_read=bool(block.pipeline_read), pipeline_write=bool(block.pipeline_write))
-        plans.append((device, device.plan(OptimizerCopies(elements=partition, state_tensors=state, swap=swap))))
+        plans.append((device, device.plan(OptimizerCopies.from_plan(plan, elements=partition, swap=swap))))
         optimizer = OpenedDevice(device, swap)
-    if policy.parameters_offloaded and zero.offload_param is not None:
+    partition_copy = plan.get(Copy.PARAM_PARTITION)
+    if partition_copy is not None and partition_copy.offload_device is not None and zero.offload_param is not None:
         param_block = zero.offload_param
         device = open_for(param_block, "zero_optimization.offload_param")
         threshold = zero.stage3_param_persistence_threshold
         partitioned = sum(p.numel() for p in model.parameters() if p.numel() > threshold)
-        dtype = COMPUTE_DTYPES[config.compute_dtype]
+        dtype = COMPUTE_DTYPES[partition_copy.dtype]
         elements = math.ceil(partitioned / comm.world_size)
         swap = SwapSettings(buffer_count=param_block.buffer_count,
                             buffer_numel=min(param_block.buffer_size, max(elements, 1)),
                             block_path="zero_optimization.offload_param", dtype=dtype)
-        copies = ParameterCopies(elements=elements, dtype=dtype, max_in_cpu=param_block.max_in_cpu, swap=swap)
+        copies = ParameterCopies(elements=elements, dtype=dtype, max_in_cpu=param_block.max_in_cpu, swap=swap,
+                                 in_swap=partition_copy.location is Location.NVME)
         plans.append((device, device.plan(copies)))
         parameters = OpenedDevice(device, swap)
     _check_capacity(plans)

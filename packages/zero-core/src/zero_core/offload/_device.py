@@ -71,8 +71,8 @@ class OffloadDevice(ABC):
         """Whether the device can be used here, and why (or why not). Must not raise."""
 
     def plan(self, copies: OptimizerCopies | ParameterCopies) -> OffloadPlan:
-        """This rank's bytes for `copies`; a device with swap space sizes them `swapped` instead."""
-        return copies.in_memory(pin=self.settings.pin_memory)
+        """This rank's bytes for `copies` (a device with swap space sizes its pool with that space's alignment)."""
+        return copies.sized(pin=self.settings.pin_memory, alignment=1)
 
     @abstractmethod
     def check_capacity(self, plan: OffloadPlan) -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from zero_plugins.placement import Copy, PlacementPlan, StepGranularity
+from zero_plugins.placement import Copy, Location, PlacedCopy, PlacementPlan, StepGranularity
 
 from ..memory import MemoryLedger
-from ..offload import OffloadDevice, OffloadDevices, SwapSettings, SwapSpace
+from ..offload import OffloadDevice, OffloadDevices, OpenedDevice, SwapSettings, SwapSpace
 from ._dtypes import COMPUTE_DTYPES
 from ._home import DeviceHome, Home, HostHome
 from ._master_homes import InMemoryMasters, MasterHome, SwappedMasters, ViewMasters
@@ -68,20 +68,36 @@ def build_homes(device: torch.device, ledger: MemoryLedger, dtype: torch.dtype, 
     masters: MasterHome = ViewMasters(on_device, device_sub_group)
     if not plan.master_is_params:
         masters = InMemoryMasters(on_device, device_sub_group)
-    if offload.optimizer is not None:
-        optimizer = offload.optimizer.device
-        gradients = HostHome(optimizer, transfers=True)
-        host = HostHome(optimizer, transfers=False)
+    master = plan.get(Copy.MASTER)
+    if master is not None and master.offload_device is not None:
+        opened_optimizer = _opened(offload.optimizer, master)
+        gradients = HostHome(opened_optimizer.device, transfers=True)
+        host = HostHome(opened_optimizer.device, transfers=False)
         masters = InMemoryMasters(host, sub_group_numel)
-        if optimizer.swap_space is not None:
-            masters = SwappedMasters(host, SwapPool(optimizer.swap_space, offload.optimizer.swap), ledger)
+        if master.location is Location.NVME:
+            pool = SwapPool(_swap_space(opened_optimizer.device, master), opened_optimizer.swap)
+            masters = SwappedMasters(host, pool, ledger)
     partitions: Home = on_device
     space = swap = None
-    if offload.parameters is not None:
-        partitions = HostHome(offload.parameters.device, transfers=True)
-        space, swap = offload.parameters.device.swap_space, offload.parameters.swap
+    partition_copy = plan.get(Copy.PARAM_PARTITION)
+    if partition_copy is not None and partition_copy.offload_device is not None:
+        opened = _opened(offload.parameters, partition_copy)
+        partitions = HostHome(opened.device, transfers=True)
+        if partition_copy.location is Location.NVME:
+            space, swap = _swap_space(opened.device, partition_copy), opened.swap
     devices = [opened.device for opened in (offload.optimizer, offload.parameters) if opened is not None]
     partition = plan.get(Copy.GRAD_PARTITION)
     gradient_dtype = COMPUTE_DTYPES[partition.dtype] if partition is not None else dtype
     return Homes(device, on_device, partitions, gradients, gradient_dtype, masters, plan.params_cast_from_master,
                  devices, space, swap if space is not None else None)
+
+
+def _opened(opened: OpenedDevice | None, placed: PlacedCopy) -> OpenedDevice:
+    """The device the plan places `placed` at, which engine/_offload.py opened from the same plan."""
+    assert opened is not None, f"the plan places the {placed.copy} at {placed.offload_device!r}, which is not open"
+    return opened
+
+
+def _swap_space(device: OffloadDevice, placed: PlacedCopy) -> SwapSpace:
+    assert device.swap_space is not None, f"the plan places the {placed.copy} in swap files at a device without them"
+    return device.swap_space

@@ -33,7 +33,7 @@ class StagePolicy:
 
     @property
     def optimizer_offloaded(self) -> bool:
-        return self.plan.offloaded(Copy.OPTIMIZER_STATE) is not None
+        return self.plan.offloaded(Copy.MASTER) is not None  # (SGD without momentum keeps no state, but a master)
 
     @property
     def parameters_offloaded(self) -> bool:

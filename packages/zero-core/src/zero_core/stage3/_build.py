@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import torch
+from zero_plugins.placement import Copy
 
 from ..sharding import (
     BuildContext,
@@ -61,8 +62,8 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
     coordinator = GatherCoordinator(HeldMemoryDetector(context.ledger), zero.stage3_prefetch_bucket_size,
                                     zero.stage3_max_live_parameters, zero.stage3_max_reuse_distance)
     coordinator.adopt(list({u: None for found in units.values() for u in found}))
-    if context.homes.partition_space is not None and zero.offload_param is not None:
-        coordinator.read_ahead_units = zero.offload_param.buffer_count
+    if context.homes.partition_space is not None:  # the plan's partitions in swap files: read ahead a buffer each
+        coordinator.read_ahead_units, _ = context.policy.plan.swap_budget(Copy.PARAM_PARTITION)
     hooks = ModuleHooks(model, units, coordinator, memory_efficient_linear=bool(zero.memory_efficient_linear))
     return ShardedState(groups, buckets, GatheringPasses(model, coordinator, hooks, context.rank))
 
@@ -77,8 +78,9 @@ def _build_units(
     group_masters: list[list[MasterCopy | None]] = [[] for _ in range(groups)]
     unit_by_param: dict[int, ParamUnit] = {}
     seen: set[int] = set()
-    block = context.config.zero_optimization.offload_param
-    partitions = Partitions.at(context.homes, max_in_cpu=block.max_in_cpu if block is not None else 0)
+    partition = context.policy.plan.get(Copy.PARAM_PARTITION)
+    kept = partition.in_memory_elements if partition is not None else None
+    partitions = Partitions.at(context.homes, max_in_cpu=kept or 0)
     for name, module in model.named_modules():
         own = [p for p in module._parameters.values() if p is not None and id(p) not in seen]
         seen.update(map(id, own))

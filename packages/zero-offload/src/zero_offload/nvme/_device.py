@@ -59,7 +59,7 @@ class NvmeOffloadDevice(CpuOffloadDevice):
         """The master and the optimizer state (or partitions past `max_in_cpu`) go to swap space. The swap
         buffers are pinned, and so exactly their aligned size, only where the pin backend really pins."""
         pinned = self.settings.pin_memory and backend_pins(self.settings.accelerator)
-        return copies.swapped(pin=pinned, alignment=self._space.slot_alignment)
+        return copies.sized(pin=pinned, alignment=self._space.slot_alignment)
 
     def check_capacity(self, plan: OffloadPlan) -> None:
         super().check_capacity(plan)

@@ -15,7 +15,7 @@ def build_plan(inputs: PlanInputs) -> PlacementPlan:
     rules = _Rules(inputs)
     copies = [placed for placed in (rules.params(), rules.partition(), rules.persistent(), rules.frozen(),
                                     rules.master(), *rules.gradients(),
-                                    rules.step_grad(), rules.state(), rules.temporaries(), rules.swap_buffers())
+                                    rules.step_grad(), rules.state(), rules.temporaries(), *rules.swap_buffers())
               if placed is not None]
     return PlacementPlan(inputs, tuple(copies), rules.granularity())
 
@@ -56,10 +56,12 @@ class _Rules:
         if self.param_device is not None:
             where = self._offloaded_location(self.param_device, pinned=self.i.param_pin_memory)
             why = "offload_param: the 16-bit copy halves each transfer"
+            kept = None
             if where is Location.NVME:
                 why += "; the first max_in_cpu elements stay in host memory"
+                kept = self.i.param_max_in_cpu
             return PlacedCopy(Copy.PARAM_PARTITION, dtype, where, Lifetime.AT_REST, Extent.PARTITION,
-                              self.param_device, why=why)
+                              self.param_device, why=why, in_memory_elements=kept)
         if self.casts_from_master:
             return None
         if not self.has_master:
@@ -139,17 +141,20 @@ class _Rules:
         return PlacedCopy(Copy.STEP_TEMPORARIES, "fp32", where, Lifetime.AT_STEP, extent,
                           why=f"the optimizer's kernels: {self.granularity()}")
 
-    def swap_buffers(self) -> PlacedCopy | None:
-        """The optimizer's swap buffers (fp32, one swap slice each) or, with only the params in swap files, the
-        partitions' (compute dtype)."""
+    def swap_buffers(self) -> list[PlacedCopy]:
+        """The optimizer's swap buffers (fp32, one swap slice each) and the partitions' (compute dtype): host
+        memory that streams each device's swap files."""
+        pools = []
         if self.optimizer_device is not None and self.optimizer_device in self.i.swap_devices:
-            return PlacedCopy(Copy.SWAP_BUFFERS, "fp32", _host(self.i.optimizer_pin_memory), Lifetime.AT_REST,
-                              Extent.SUB_GROUP, self.optimizer_device, why="buffer_count buffers stream swap files")
+            pools.append(PlacedCopy(Copy.SWAP_BUFFERS, "fp32", _host(self.i.optimizer_pin_memory), Lifetime.AT_REST,
+                                    Extent.SUB_GROUP, self.optimizer_device, tensors=self.i.optimizer_buffer_count,
+                                    why="buffer_count buffers stream swap files"))
         if self.param_device is not None and self.param_device in self.i.swap_devices:
-            return PlacedCopy(Copy.SWAP_BUFFERS, self.i.compute_dtype, _host(self.i.param_pin_memory),
-                              Lifetime.AT_REST, Extent.UNIT, self.param_device,
-                              why="buffer_count buffers read partitions in swap files")
-        return None
+            pools.append(PlacedCopy(Copy.PARAM_SWAP_BUFFERS, self.i.compute_dtype, _host(self.i.param_pin_memory),
+                                    Lifetime.AT_REST, Extent.UNIT, self.param_device,
+                                    tensors=self.i.param_buffer_count,
+                                    why="buffer_count buffers read partitions in swap files"))
+        return pools
 
     def granularity(self) -> StepGranularity:
         if self.i.step_in_backward:
@@ -176,6 +181,9 @@ def plan_for_config(config: ZeroConfig, *, world_size: int, accelerator: str,
         optimizer_pin_memory=bool(optimizer is not None and optimizer.pin_memory),
         param_pin_memory=bool(param is not None and param.pin_memory), swap_devices=swap_devices,
         step_in_backward=bool(zero.step_in_backward),
+        optimizer_buffer_count=optimizer.buffer_count if optimizer is not None else 1,
+        param_buffer_count=param.buffer_count if param is not None else 1,
+        param_max_in_cpu=param.max_in_cpu if param is not None else 0,
         optimizer_state_tensors=optimizer_state_tensors(config.optimizer.type if config.optimizer else None,
                                                         config.optimizer.params if config.optimizer else {}),
     ))

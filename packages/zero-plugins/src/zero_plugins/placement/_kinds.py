@@ -58,7 +58,8 @@ class Copy(str, enum.Enum):
     STEP_GRAD = "fp32 gradients for the step"  # a copy the step makes when the partition is not fp32 where it steps
     OPTIMIZER_STATE = "optimizer state"
     STEP_TEMPORARIES = "step temporaries"  # what the optimizer's kernels allocate while one call runs
-    SWAP_BUFFERS = "swap buffers"
+    SWAP_BUFFERS = "swap buffers"  # the optimizer's: one swap slice each
+    PARAM_SWAP_BUFFERS = "param swap buffers"  # stage 3's partitions in swap files are read into these
 
     def __str__(self) -> str:
         return self.value

@@ -32,6 +32,11 @@ class PlanInputs:
     swap_devices: frozenset[str] = frozenset({"nvme"})  # offload devices that keep copies in swap files
     step_in_backward: bool = False
     optimizer_state_tensors: int = 2  # fp32 tensors of a parameter's size the optimizer keeps (Adam: m and v)
+    # The swap budgets, from the offload blocks (needed only where a block's device keeps swap files): the
+    # optimizer's and the partitions' buffer counts, and the partition elements kept in host memory first.
+    optimizer_buffer_count: int = 1
+    param_buffer_count: int = 1
+    param_max_in_cpu: int = 0
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3):
@@ -51,7 +56,10 @@ class PlacedCopy:
     extent: Extent
     offload_device: str | None = None  # the offload device that holds it, by registered name
     why: str = ""
-    tensors: int = 1  # tensors of this extent (Adam's state: m and v)
+    tensors: int = 1  # tensors of this extent (Adam's state: m and v; a pool's buffer_count buffers)
+    # In swap files: the elements of this rank's copy kept in host memory first (offload_param.max_in_cpu);
+    # None: the whole copy is at `location`.
+    in_memory_elements: int | None = None
 
     @property
     def element_bytes(self) -> int:
@@ -114,6 +122,15 @@ class PlacementPlan:
             elif placed.extent is Extent.WHOLE:
                 total += placed.element_bytes * self.inputs.world_size
         return total
+
+    def swap_budget(self, copy: Copy) -> tuple[int, int | None]:
+        """(buffers, elements kept in host memory) of `copy` in swap files: its pool's buffer count, and None
+        for a copy whose elements are all in swap files (the master and the state)."""
+        placed = self.get(copy)
+        assert placed is not None and placed.location is Location.NVME, f"the plan keeps no {copy} in swap files"
+        pool = self.get(Copy.SWAP_BUFFERS if copy in (Copy.MASTER, Copy.OPTIMIZER_STATE) else Copy.PARAM_SWAP_BUFFERS)
+        assert pool is not None
+        return pool.tensors, placed.in_memory_elements
 
     def rows(self) -> list[dict[str, str]]:
         return [placed.row() for placed in self.copies]
