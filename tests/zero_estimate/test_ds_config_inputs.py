@@ -16,6 +16,7 @@ from zero_estimate import (
 )
 from zero_estimate._ds_config import with_stage
 from zero_estimate._lines import LOCATIONS, PHASES
+from zero_estimate._settings import ZERO_KEYS
 from zero_plugins.ds_config import ConfigError, IgnoredConfigKeysWarning, load_config
 
 from cli_helpers import run_main
@@ -356,20 +357,22 @@ def test_as_dict_echoes_the_inputs_and_breaks_every_location_down_by_category():
 
 
 def test_zero_settings_defaults_are_the_schemas():
-    """DeepSpeed's defaults are stated by the ds_config schema (zero_plugins.ds_config). ZeroSettings keeps them as
-    literals, because an estimate from counts imports no pydantic (test_estimate_cli.py); this holds them equal."""
+    """ZeroSettings is a view of the ds_config keys in ZERO_KEYS: every field but zero_init (an option of DeepSpeed's
+    estimate functions) names its key, and takes that key's default in the schema (zero_plugins.ds_config), read
+    from the pydantic-free table both use (an estimate from counts imports no pydantic: test_estimate_cli.py)."""
     from zero_plugins.ds_config import AioConfig, OffloadOptimizerConfig, OffloadParamConfig, ZeroOptimizationConfig
 
+    blocks = {"zero_optimization": ZeroOptimizationConfig, "zero_optimization.offload_optimizer": OffloadOptimizerConfig,
+              "zero_optimization.offload_param": OffloadParamConfig, "aio": AioConfig}
     settings = ZeroSettings()
-    fields = {name: (ZeroOptimizationConfig, name) for name in (
-        "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "sub_group_size",
-        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-        "memory_efficient_linear", "step_in_backward")}
-    fields |= {"pin_memory": (OffloadOptimizerConfig, "pin_memory"),
-               "optimizer_buffer_count": (OffloadOptimizerConfig, "buffer_count"),
-               "param_buffer_count": (OffloadParamConfig, "buffer_count"),
-               "param_buffer_size": (OffloadParamConfig, "buffer_size"),
-               "param_max_in_cpu": (OffloadParamConfig, "max_in_cpu"),
-               "aio_block_size": (AioConfig, "block_size")}
-    for name, (block, key) in fields.items():
-        assert getattr(settings, name) == block.model_fields[key].default, name
+    assert set(ZeroSettings.__dataclass_fields__) == set(ZERO_KEYS) | {"pin_memory", "zero_init"}
+    for field, key in ZERO_KEYS.items():
+        block, name = key.rsplit(".", 1)
+        assert getattr(settings, field) == blocks[block].model_fields[name].default, field
+    # pin_memory stands for both offload blocks' pin_memory, whose defaults agree.
+    assert settings.pin_memory is OffloadOptimizerConfig.model_fields["pin_memory"].default is True
+    assert OffloadParamConfig.model_fields["pin_memory"].default is True
+    # overlap_comm left out follows the stage the same way in both.
+    for stage in (0, 1, 2, 3):
+        config = load_config({"zero_optimization": {"stage": stage}}).zero_optimization
+        assert ZeroSettings(stage=stage).overlap is config.overlap_comm is (stage == 3)

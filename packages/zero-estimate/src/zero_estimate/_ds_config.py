@@ -10,39 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _checks
 from ._errors import EstimateError
-from ._settings import OFFLOAD_DEVICES, Training, ZeroSettings
+from ._settings import ZERO_KEYS, Training, ZeroSettings
 
 if TYPE_CHECKING:  # pydantic is imported when a config is read, so estimates from counts start fast
-    from zero_plugins.ds_config import (
-        AioConfig,
-        ConfigError,
-        OffloadOptimizerConfig,
-        OffloadParamConfig,
-        ZeroConfig,
-        ZeroOptimizationConfig,
-    )
+    from zero_plugins.ds_config import ConfigError, ZeroConfig, ZeroOptimizationConfig
+    from pydantic import BaseModel
 
 # optimizer.type, matched without case as DeepSpeed and zero-core match it -> Training.optimizer.
 # DeepSpeed's Adam is AdamW unless params.adam_w_mode is false; SGD keeps a momentum buffer when momentum > 0.
 _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd", "adafactor": "adafactor"}
 _OPTIMIZER_NAMES = ("Adam", "AdamW", "SGD", "Adafactor")
-# ZeroSettings field -> the zero_optimization key it comes from (a field not here has its own name there).
-_OFFLOAD_KEYS = {
-    "offload_optimizer": "offload_optimizer.device",
-    "offload_param": "offload_param.device",
-    "optimizer_buffer_count": "offload_optimizer.buffer_count",
-    "param_buffer_count": "offload_param.buffer_count",
-    "param_buffer_size": "offload_param.buffer_size",
-    "param_max_in_cpu": "offload_param.max_in_cpu",
-}
+# The ZeroSettings fields (and zero_optimization keys) of the two offload blocks.
+_OFFLOADS = ("offload_optimizer", "offload_param")
 # Training field -> its ds_config key, for the estimator's own bounds (a micro-batch of 1e7 samples).
 _TRAINING_KEYS = {"micro_batch": "train_micro_batch_size_per_gpu", "grad_accum": "gradient_accumulation_steps"}
-_ZERO_COUNTS = ("reduce_bucket_size", "allgather_bucket_size", "sub_group_size", "stage3_prefetch_bucket_size",
-                "stage3_param_persistence_threshold", "stage3_max_live_parameters")
 
 
 def load_ds_config(path: str | Path) -> dict[str, Any]:
@@ -77,7 +62,7 @@ def settings_from_ds_config(
             resolve_batch_sizes(config, world_size)
     except ConfigError as error:
         raise _same_message(error) from None
-    return _training(config, checkpointing, seq_len), _zero(config.zero_optimization, config.aio)
+    return _training(config, checkpointing, seq_len), _zero(config)
 
 
 def with_stage(zero: ZeroSettings, stage: int) -> ZeroSettings:
@@ -85,7 +70,7 @@ def with_stage(zero: ZeroSettings, stage: int) -> ZeroSettings:
     try:
         return replace(zero, stage=stage)
     except EstimateError as error:
-        raise _keyed(error, lambda field: _zero_key(field) if field in _OFFLOAD_KEYS else field) from None
+        raise _keyed(error, lambda field: ZERO_KEYS[field] if field in _OFFLOADS else field) from None
 
 
 def _same_message(error: ConfigError) -> EstimateError:
@@ -151,53 +136,44 @@ def _optimizer(config: ZeroConfig) -> str:
     return _OPTIMIZERS[name.lower()]
 
 
-def _zero(block: ZeroOptimizationConfig, aio: AioConfig) -> ZeroSettings:
-    """ZeroSettings from the keys the config sets; those it leaves out keep ZeroSettings' defaults (DeepSpeed's).
-    `aio.block_size` comes along: NVMe offload's swap slices are whole blocks of it."""
-    given = block.model_fields_set
-    fields: dict[str, Any] = {name: getattr(block, name) for name in ("stage", *_ZERO_COUNTS) if name in given}
-    if "overlap_comm" in given:
-        fields["overlap_comm"] = block.overlap_comm
-    for name in ("memory_efficient_linear", "step_in_backward"):
-        if name in given:
-            fields[name] = getattr(block, name)
-    fields.update(_offload(block.offload_optimizer, block.offload_param))
-    if "block_size" in aio.model_fields_set:
-        fields["aio_block_size"] = aio.block_size
+def _zero(config: ZeroConfig) -> ZeroSettings:
+    """ZeroSettings from the keys the config sets (ZERO_KEYS); those it leaves out keep ZeroSettings' defaults,
+    which are the schema's. `aio.block_size` comes along: NVMe offload's swap slices are whole blocks of it."""
+    fields: dict[str, Any] = {}
+    for field, key in ZERO_KEYS.items():
+        *path, name = key.split(".")
+        block = _block(config, path)
+        if block is not None and name in block.model_fields_set:
+            fields[field] = getattr(block, name)
+    fields.update(_pin_memory(config.zero_optimization))
     try:
         return ZeroSettings(**fields)
     except EstimateError as error:
-        raise _keyed(error, _zero_key) from None
+        raise _keyed(error, lambda field: ZERO_KEYS.get(field, field)) from None
 
 
-def _offload(optimizer: OffloadOptimizerConfig | None, param: OffloadParamConfig | None) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+def _block(config: ZeroConfig, path: list[str]) -> BaseModel | None:
+    """The block at `path` ("zero_optimization", "offload_param"), or None where the config has none."""
+    block: Any = config
+    for name in path:
+        block = getattr(block, name)
+        if block is None:
+            return None
+    return cast("BaseModel", block)
+
+
+def _pin_memory(block: ZeroOptimizationConfig) -> dict[str, bool]:
+    """ZeroSettings' one pin_memory from the offload blocks that offload; they must agree."""
     pins: dict[str, bool] = {}
-    for name, block in (("offload_optimizer", optimizer), ("offload_param", param)):
-        if block is None or block.device == "none":
-            continue
-        fields[name] = _checks.choice(block.device, f"zero_optimization.{name}.device", OFFLOAD_DEVICES)
-        if "pin_memory" in block.model_fields_set:
-            pins[f"zero_optimization.{name}.pin_memory"] = block.pin_memory
-    if optimizer is not None and "buffer_count" in optimizer.model_fields_set:
-        fields["optimizer_buffer_count"] = optimizer.buffer_count
-    if param is not None:
-        for key in ("buffer_count", "buffer_size", "max_in_cpu"):
-            if key in param.model_fields_set:
-                fields[f"param_{key}"] = getattr(param, key)
+    for name in _OFFLOADS:
+        offload = getattr(block, name)
+        if offload is not None and offload.device != "none" and "pin_memory" in offload.model_fields_set:
+            pins[f"zero_optimization.{name}.pin_memory"] = offload.pin_memory
     if len(set(pins.values())) > 1:
         (first, pin), (second, _) = pins.items()
         differs = f"differs from {first} ({str(pin).lower()}); the estimate pins both or neither: set both the same"
         raise EstimateError(differs, second)
-    if pins:
-        fields["pin_memory"] = next(iter(pins.values()))
-    return fields
-
-
-def _zero_key(field: str) -> str:
-    if field == "aio_block_size":
-        return "aio.block_size"
-    return f"zero_optimization.{_OFFLOAD_KEYS.get(field, field)}"
+    return {"pin_memory": next(iter(pins.values()))} if pins else {}
 
 
 def _keyed(error: EstimateError, key_of: Callable[[str], str]) -> EstimateError:

@@ -1,13 +1,14 @@
 """The inputs of an estimate besides the model: hardware, training loop and ZeRO settings.
 
-ZeroSettings uses DeepSpeed's `zero_optimization` key names and defaults (as zero-core's
-config does), so an estimate reads like the config it describes.
+ZeroSettings is a view of the ds_config keys that decide memory (ZERO_KEYS): its defaults are the schema's,
+read from zero_plugins' pydantic-free table of them, so an estimate reads like the config it describes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from zero_plugins import DEFAULT_ATTENTION, AttentionKind
+from zero_plugins import DEFAULT_ATTENTION, AttentionKind, ds_default, overlap_comm_default
 from zero_plugins.placement import PlacementPlan, PlanInputs, build_plan
 
 from . import _checks
@@ -25,6 +26,12 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 CHECKPOINTING = ("none", "selective", "full")
 ATTENTION = tuple(kind.value for kind in AttentionKind)
 DEFAULT_SEQ_LEN = 2048
+_KEY = "ds_config_key"  # the metadata of a ZeroSettings field that stands for a ds_config key
+
+
+def _key(key: str) -> Any:
+    """A ZeroSettings field that stands for the ds_config `key` (dotted): the schema's default, the key as metadata."""
+    return field(default=ds_default(key), metadata={_KEY: key})
 
 
 @dataclass(frozen=True)
@@ -132,31 +139,36 @@ class Training:
 
 @dataclass(frozen=True)
 class ZeroSettings:
-    """A `zero_optimization` block: the stage, offload devices, buckets and stage-3 bounds.
+    """A `zero_optimization` block: the stage, offload devices, buckets and stage-3 bounds. Each field names the
+    ds_config key it stands for (ZERO_KEYS) and takes that key's default from the schema's table of them.
 
     The offload blocks' `pipeline_read`/`pipeline_write` are not here: they change when swaps
     run, not what memory they take (the buffer_count buffers are allocated either way).
+    step_in_backward: stage 3 steps each unit as its gradient is reduced (zero's own opt-in).
+    aio_block_size: NVMe swap slices are whole blocks (zero_plugins.swap_slice_numel).
     """
 
-    stage: int = 0
-    offload_optimizer: str = "none"
-    offload_param: str = "none"
-    reduce_bucket_size: int = 500_000_000
-    allgather_bucket_size: int = 500_000_000
-    overlap_comm: bool | None = None  # None: DeepSpeed's default, on for stage 3 only
-    sub_group_size: int = 1_000_000_000
-    stage3_prefetch_bucket_size: int = 50_000_000
-    stage3_param_persistence_threshold: int = 100_000
-    stage3_max_live_parameters: int = 1_000_000_000
-    memory_efficient_linear: bool = True
-    zero_init: bool = True
-    pin_memory: bool = True
-    optimizer_buffer_count: int = 4  # offload_optimizer.buffer_count (NVMe swap buffers)
-    param_buffer_count: int = 5  # offload_param.buffer_count
-    param_buffer_size: int = 100_000_000  # offload_param.buffer_size, in elements
-    param_max_in_cpu: int = 1_000_000_000  # offload_param.max_in_cpu: NVMe, elements kept in host memory
-    step_in_backward: bool = False  # stage 3 steps each unit as its gradient is reduced (zero's own opt-in)
-    aio_block_size: int = 1_048_576  # aio.block_size: NVMe swap slices are whole blocks (zero_plugins.swap_slice_numel)
+    stage: int = _key("zero_optimization.stage")
+    offload_optimizer: str = _key("zero_optimization.offload_optimizer.device")
+    offload_param: str = _key("zero_optimization.offload_param.device")
+    reduce_bucket_size: int = _key("zero_optimization.reduce_bucket_size")
+    allgather_bucket_size: int = _key("zero_optimization.allgather_bucket_size")
+    # None: left out, so it follows the stage (overlap_comm_default)
+    overlap_comm: bool | None = field(default=None, metadata={_KEY: "zero_optimization.overlap_comm"})
+    sub_group_size: int = _key("zero_optimization.sub_group_size")
+    stage3_prefetch_bucket_size: int = _key("zero_optimization.stage3_prefetch_bucket_size")
+    stage3_param_persistence_threshold: int = _key("zero_optimization.stage3_param_persistence_threshold")
+    stage3_max_live_parameters: int = _key("zero_optimization.stage3_max_live_parameters")
+    memory_efficient_linear: bool = _key("zero_optimization.memory_efficient_linear")
+    zero_init: bool = True  # an option of DeepSpeed's estimate functions, not a ds_config key
+    # Both offload blocks' pin_memory (their defaults agree): the estimate pins both or neither.
+    pin_memory: bool = ds_default("zero_optimization.offload_optimizer.pin_memory")
+    optimizer_buffer_count: int = _key("zero_optimization.offload_optimizer.buffer_count")
+    param_buffer_count: int = _key("zero_optimization.offload_param.buffer_count")
+    param_buffer_size: int = _key("zero_optimization.offload_param.buffer_size")
+    param_max_in_cpu: int = _key("zero_optimization.offload_param.max_in_cpu")
+    step_in_backward: bool = _key("zero_optimization.step_in_backward")
+    aio_block_size: int = _key("aio.block_size")
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3) or isinstance(self.stage, bool):
@@ -187,11 +199,15 @@ class ZeroSettings:
 
     @property
     def overlap(self) -> bool:
-        return self.stage == 3 if self.overlap_comm is None else self.overlap_comm
+        return overlap_comm_default(self.stage) if self.overlap_comm is None else self.overlap_comm
 
     def label(self) -> str:
         """Offload devices as optimizer/param ("cpu/none"), for tables."""
         return f"{self.offload_optimizer}/{self.offload_param}"
+
+
+# ZeroSettings field -> the dotted ds_config key it stands for (every field but pin_memory and zero_init).
+ZERO_KEYS = {item.name: str(item.metadata[_KEY]) for item in fields(ZeroSettings) if _KEY in item.metadata}
 
 
 def placement_plan(zero: ZeroSettings, training: Training, cluster: Cluster) -> PlacementPlan:

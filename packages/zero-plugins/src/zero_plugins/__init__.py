@@ -3,6 +3,7 @@ from ._attention import DEFAULT_ATTENTION, AttentionKind
 from ._categories import UNOWNED_CATEGORIES, Category
 from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
+from ._ds_defaults import ds_default, ds_defaults, overlap_comm_default
 from ._errors import PluginError, ZeroError
 from ._hooks import plain_hookimpls
 from ._lazy import lazy_exports
@@ -32,6 +33,9 @@ from ._validation import validation_problem
 from .__about__ import __version__
 
 __all__ = [
+    "ds_default",
+    "ds_defaults",
+    "overlap_comm_default",
     "AttentionKind",
     "Category",
     "DEFAULT_ATTENTION",

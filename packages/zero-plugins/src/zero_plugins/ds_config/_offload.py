@@ -7,8 +7,13 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
+from .._ds_defaults import ds_defaults
 from ._base import ConfigModel
 from ._types import Bool, NonNegInt
+
+# DeepSpeed's defaults, from zero_plugins' ds_defaults.json (which the estimator reads without pydantic).
+_PARAM = ds_defaults("zero_optimization.offload_param")
+_OPTIMIZER = ds_defaults("zero_optimization.offload_optimizer")
 
 
 def _device_name(name: str) -> str:
@@ -37,12 +42,12 @@ NvmePath = Annotated[Path, BeforeValidator(lambda v: _directory(v) if isinstance
 class OffloadParamConfig(ConfigModel):
     """Where partitioned parameters live between uses (stage 3 only)."""
 
-    device: OffloadDevice = "none"
+    device: OffloadDevice = _PARAM["device"]
     nvme_path: NvmePath | None = None
-    buffer_count: NonNegInt = 5
-    buffer_size: NonNegInt = 100_000_000
-    max_in_cpu: NonNegInt = 1_000_000_000
-    pin_memory: Bool = True
+    buffer_count: NonNegInt = _PARAM["buffer_count"]
+    buffer_size: NonNegInt = _PARAM["buffer_size"]
+    max_in_cpu: NonNegInt = _PARAM["max_in_cpu"]
+    pin_memory: Bool = _PARAM["pin_memory"]
 
 
 class OffloadOptimizerConfig(ConfigModel):
@@ -50,11 +55,11 @@ class OffloadOptimizerConfig(ConfigModel):
 
     IGNORED = frozenset({"ratio", "super_offload", "cpuadam_cores_perc"})
 
-    device: OffloadDevice = "none"
+    device: OffloadDevice = _OPTIMIZER["device"]
     nvme_path: NvmePath | None = None
     # Adam swaps 4 tensors per parameter (param, grad, m, v), hence DeepSpeed's 4.
-    buffer_count: NonNegInt = 4
-    pin_memory: Bool = True
-    pipeline_read: Bool = False
-    pipeline_write: Bool = False
-    fast_init: Bool = False
+    buffer_count: NonNegInt = _OPTIMIZER["buffer_count"]
+    pin_memory: Bool = _OPTIMIZER["pin_memory"]
+    pipeline_read: Bool = _OPTIMIZER["pipeline_read"]
+    pipeline_write: Bool = _OPTIMIZER["pipeline_write"]
+    fast_init: Bool = _OPTIMIZER["fast_init"]

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from .._ds_defaults import ds_defaults, overlap_comm_default
 from ._base import ConfigModel
 from ._offload import OffloadOptimizerConfig, OffloadParamConfig
 from ._types import Bool, Int, NonNegInt, PositiveInt
+
+# DeepSpeed's defaults, from zero_plugins' ds_defaults.json (which the estimator reads without pydantic).
+_ZERO = ds_defaults("zero_optimization")
 
 
 def _stage3(name: str, *older: str) -> AliasChoices:
@@ -59,42 +63,43 @@ class ZeroOptimizationConfig(ConfigModel):
         {"reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"}
     )
 
-    stage: Int = 0
-    contiguous_gradients: Bool = True
-    reduce_scatter: Bool = True
-    reduce_bucket_size: PositiveInt = 500_000_000
-    allgather_partitions: Bool = True
-    allgather_bucket_size: NonNegInt = 500_000_000
+    stage: Int = _ZERO["stage"]
+    contiguous_gradients: Bool = _ZERO["contiguous_gradients"]
+    reduce_scatter: Bool = _ZERO["reduce_scatter"]
+    reduce_bucket_size: PositiveInt = _ZERO["reduce_bucket_size"]
+    allgather_partitions: Bool = _ZERO["allgather_partitions"]
+    allgather_bucket_size: NonNegInt = _ZERO["allgather_bucket_size"]
     # None means DeepSpeed's default, which depends on the stage: on for stage 3 only (resolved below).
     overlap_comm: Bool | None = None
     offload_param: OffloadParamConfig | None = None
     offload_optimizer: OffloadOptimizerConfig | None = None
-    sub_group_size: PositiveInt = 1_000_000_000
+    sub_group_size: PositiveInt = _ZERO["sub_group_size"]
     # Deprecated booleans of older DeepSpeed releases: true means offload to "cpu".
     cpu_offload: Bool | None = None
     cpu_offload_param: Bool | None = None
     # `default=`, not a positional default: mypy reads pydantic fields through dataclass_transform (PEP 681),
     # which sees only `default=`, and would otherwise take these fields as required.
     stage3_prefetch_bucket_size: NonNegInt = Field(
-        default=50_000_000, validation_alias=_stage3("prefetch_bucket_size")
+        default=_ZERO["stage3_prefetch_bucket_size"], validation_alias=_stage3("prefetch_bucket_size")
     )
     stage3_param_persistence_threshold: NonNegInt = Field(
-        default=100_000, validation_alias=_stage3("param_persistence_threshold")
+        default=_ZERO["stage3_param_persistence_threshold"],
+        validation_alias=_stage3("param_persistence_threshold"),
     )
     stage3_max_live_parameters: NonNegInt = Field(
-        default=1_000_000_000, validation_alias=_stage3("max_live_parameters")
+        default=_ZERO["stage3_max_live_parameters"], validation_alias=_stage3("max_live_parameters")
     )
     stage3_max_reuse_distance: NonNegInt = Field(
-        default=1_000_000_000, validation_alias=_stage3("max_reuse_distance")
+        default=_ZERO["stage3_max_reuse_distance"], validation_alias=_stage3("max_reuse_distance")
     )
     stage3_gather_16bit_weights_on_model_save: Bool = Field(
-        default=False,
+        default=_ZERO["stage3_gather_16bit_weights_on_model_save"],
         validation_alias=_stage3("gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"),
     )
-    memory_efficient_linear: Bool = True
+    memory_efficient_linear: Bool = _ZERO["memory_efficient_linear"]
     # zero's own opt-in (not DeepSpeed's): stage 3 steps each unit as soon as its gradient partition is complete
     # in backward, so no whole gradient partition exists (checked against the rest in _checks.py).
-    step_in_backward: Bool = False
+    step_in_backward: Bool = _ZERO["step_in_backward"]
 
     @field_validator("stage")
     @classmethod
@@ -106,7 +111,7 @@ class ZeroOptimizationConfig(ConfigModel):
     @model_validator(mode="after")
     def _resolve_defaults(self) -> ZeroOptimizationConfig:
         if self.overlap_comm is None:
-            self.overlap_comm = self.stage == 3
+            self.overlap_comm = overlap_comm_default(self.stage)
             # Still "not given" in model_fields_set: the estimator re-derives it at each stage it estimates.
             self.__pydantic_fields_set__.discard("overlap_comm")
         self._take_legacy("cpu_offload", "offload_optimizer", OffloadOptimizerConfig)

@@ -64,11 +64,9 @@ class _Rules:
                               self.param_device, why=why, in_memory_elements=kept)
         if self.casts_from_master:
             return None
-        if not self.has_master:
-            return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
-                              why="fp32 compute: the partition is also the master the optimizer steps")
-        return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION,
-                          why="the master is offloaded, so gathers read a 16-bit copy on the device")
+        why = ("the master is offloaded, so gathers read a 16-bit copy on the device" if self.has_master
+               else "fp32 compute: the partition is also the master the optimizer steps")
+        return PlacedCopy(Copy.PARAM_PARTITION, dtype, Location.DEVICE, Lifetime.AT_REST, Extent.PARTITION, why=why)
 
     def persistent(self) -> PlacedCopy | None:
         if self.i.stage < 3:
