@@ -3,6 +3,7 @@ from ._attention import DEFAULT_ATTENTION, AttentionKind
 from ._categories import UNOWNED_CATEGORIES, Category
 from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
+from ._env import EnvVarError, env_flag, env_int
 from ._errors import PluginError, ZeroError
 from ._hooks import plain_hookimpls
 from ._lazy import lazy_exports
@@ -48,6 +49,9 @@ __all__ = [
     "CommandTable",
     "add_action_json_flag",
     "DISABLE_ENV",
+    "EnvVarError",
+    "env_flag",
+    "env_int",
     "POOL_SHARE",
     "budget_slice_numel",
     "swap_slice_numel",
