@@ -81,6 +81,13 @@ CONFIGS: list[tuple[dict[str, Any], str]] = [
     ({"scheduler": {"type": "WarmupCosineLR", "params": {"cos_min_ratio": 1.5}}}, "scheduler.params.cos_min_ratio"),
     ({"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": -0.1}}}, "scheduler.params.warmup_min_ratio"),
     ({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}}}, "scheduler.params.warmup_max_lr"),
+    ({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": -5}}}, "scheduler.params.total_num_steps"),
+    ({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 2.5}}}, "scheduler.params.total_num_steps"),
+    ({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "1000"}}}, "scheduler.params.total_num_steps"),
+    ({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": True}}}, "scheduler.params.total_num_steps"),
+    ({"scheduler": {"type": "WarmupCosineLR", "params": {"cos_min_ratio": NAN}}}, "scheduler.params.cos_min_ratio"),
+    ({"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 2}}}, "scheduler.params.warmup_min_ratio"),
+    ({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": 3}}}, "scheduler.params.warmup_type"),
     ({"scheduler": {"params": {}}}, "scheduler.type"),
     # fp16 / bf16
     ({"fp16": {"enabled": True, "initial_scale_power": 1000}}, "fp16.initial_scale_power"),
@@ -348,4 +355,15 @@ ENV: list[tuple[str, str, list[str]]] = [
     ("DS_PIN_MEMORY_BACKEND", "nosuch", ["pin", "check"]),
     ("ZERO_SWAP_BACKEND", "nosuch", ["swap", "check"]),
     ("ZERO_SWAP_BACKEND", "nosuch", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    # flags take 1/0, true/false, yes/no, on/off only (zero_plugins.env_flag)
+    ("ZERO_PIN_HUGE_PAGES", "maybe", ["pin", "check"]),
+    ("ZERO_PIN_HUGE_PAGES", "2", ["pin", "check"]),
+    ("ZERO_PIN_HUGE_PAGES", "enabled", ["pin", "check"]),
+    ("ZERO_PIN_HUGE_PAGES", "y", ["pin", "check"]),
+    ("ZERO_PIN_HUGE_PAGES", "-1", ["pin", "check"]),
+    # sizes in bytes, K, M, G or T
+    ("ZERO_PIN_CACHE_BYTES", "lots", ["pin", "check"]),
+    ("ZERO_PIN_CACHE_BYTES", "-1", ["pin", "check"]),
+    ("ZERO_PIN_CACHE_BYTES", "1.5G", ["pin", "check"]),
+    ("ZERO_PIN_CACHE_BYTES", "2P", ["pin", "check"]),
 ]

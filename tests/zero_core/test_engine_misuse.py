@@ -97,3 +97,42 @@ def test_meta_parameters_name_init_and_to_empty() -> None:
     with pytest.raises(ZeroError, match=r"4 parameter\(s\) of Sequential are on the meta device .* \(first: "
                                         r"0.weight\); build the model under zero_core.Init"):
         zero_core.initialize(model=model, config=_config())
+
+
+def test_lr_kwargs_the_scheduler_does_not_take_are_refused_before_the_step() -> None:
+    config = _config(scheduler={"type": "WarmupLR", "params": {"warmup_max_lr": 0.1, "warmup_num_steps": 4}})
+    engine, _, _, _ = zero_core.initialize(model=_model(), config=config)
+    engine.backward(_loss(engine))
+    weights = [p.detach().clone() for p in engine.module.parameters()]
+    with pytest.raises(ZeroError, match=r"engine.step\(lr_kwargs=\['increment'\]\): WarmupLR.step "
+                                        r"\(last_batch_iteration: 'int \| None' = None\) -> 'None' does not take them "
+                                        r"\(got an unexpected keyword argument 'increment'\); nothing was stepped"):
+        engine.step(lr_kwargs={"increment": 1})
+    assert all(torch.equal(a, b) for a, b in zip(weights, engine.module.parameters()))
+    assert engine.global_steps == 0
+    engine.step(lr_kwargs={"last_batch_iteration": 2})  # a parameter it takes: steps, and the scheduler with it
+    assert engine.global_steps == 1 and engine.lr_scheduler.last_batch_iteration == 2
+
+
+def test_lr_kwargs_without_a_scheduler_are_refused() -> None:
+    engine, _, _, _ = zero_core.initialize(model=_model(), config=_config())
+    engine.backward(_loss(engine))
+    with pytest.raises(ZeroError, match=r"engine.step\(lr_kwargs=\['last_batch_iteration'\]\) but the engine has no "
+                                        r"LR scheduler to pass them to"):
+        engine.step(lr_kwargs={"last_batch_iteration": 3})
+    engine.step(lr_kwargs={})  # nothing to pass: as without
+    assert engine.global_steps == 1
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_a_model_partitioned_by_init_is_refused_below_stage_3(stage: int) -> None:
+    with zero_core.Init(config=_config(zero_optimization={"stage": 3, "stage3_param_persistence_threshold": 0})):
+        model = _model()
+    with pytest.raises(ZeroError, match=rf"4 parameter\(s\) of Sequential are partitioned by zero_core.Init \(first: "
+                                        rf"0.weight\), and zero_optimization.stage is {stage}: only stage 3 trains "
+                                        r"partitioned parameters; initialize with the stage-3 config"):
+        zero_core.initialize(model=model, config=_config(zero_optimization={"stage": stage}))
+    engine, _, _, _ = zero_core.initialize(model=model, config=_config(zero_optimization={"stage": 3}))
+    engine.backward(_loss(engine))  # the stage Init was given trains it
+    engine.step()
+    assert engine.was_step_applied()

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 from zero_plugins.ds_config import ConfigError, load_config
-from zero_core.training import build_scheduler
+from zero_core.training import ScheduleWarning, build_scheduler
 
 SCHEDULES = {
     "WarmupLR": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.01, "warmup_num_steps": 5},
@@ -78,3 +79,35 @@ def test_same_learning_rates_as_deepspeed(kind: str, monkeypatch: pytest.MonkeyP
 def test_bad_scheduler_settings_name_the_key(kind: str, params: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         schedule(kind, params, optimizer())
+
+
+@pytest.mark.parametrize(("kind", "params", "after"), [
+    ("WarmupDecayLR", {"total_num_steps": 3, "warmup_max_lr": 0.01, "warmup_num_steps": 5, "warmup_type": "linear"},
+     "drops to 0 and stays there"),
+    ("WarmupCosineLR", {"total_num_steps": 3, "warmup_num_steps": 5, "warmup_type": "linear"},
+     "drops to cos_min_ratio (0.0001) of it and stays there"),
+])
+def test_a_total_below_the_warmup_is_said_at_build(kind: str, params: dict, after: str) -> None:
+    opt = optimizer()
+    with pytest.warns(ScheduleWarning) as caught:
+        sched = schedule(kind, params, opt)
+    assert [str(w.message) for w in caught] == [
+        f"{kind}: scheduler.params.total_num_steps (3) is below scheduler.params.warmup_num_steps (5), so there is "
+        f"no decay: the lr rises for 5 steps, then {after} for the rest of training; set total_num_steps to the "
+        "run's optimizer steps (above warmup_num_steps)"]
+    values = lrs(sched, opt, 8)
+    assert values[6:] == [values[6]] * 3 and values[6] == (0.0 if kind == "WarmupDecayLR" else pytest.approx(2e-6))
+
+
+def test_a_warmup_max_lr_of_zero_is_said_at_build() -> None:
+    opt = optimizer()
+    with pytest.warns(ScheduleWarning, match=r"^WarmupLR: scheduler.params.warmup_max_lr is 0, so every step after "
+                                             r"warmup trains at lr 0; set it to the peak lr"):
+        schedule("WarmupLR", {"warmup_max_lr": 0.0, "warmup_num_steps": 2}, opt)
+
+
+@pytest.mark.parametrize("kind", list(SCHEDULES))
+def test_sound_schedules_build_without_a_warning(kind: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScheduleWarning)
+        schedule(kind, SCHEDULES[kind], optimizer())

@@ -4,6 +4,7 @@ from ._categories import UNOWNED_CATEGORIES, Category
 from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
 from ._ds_defaults import ds_default, ds_defaults, overlap_comm_default
+from ._env import EnvVarError, env_flag, env_int
 from ._errors import PluginError, ZeroError
 from ._hooks import plain_hookimpls
 from ._lazy import lazy_exports
@@ -52,6 +53,9 @@ __all__ = [
     "CommandTable",
     "add_action_json_flag",
     "DISABLE_ENV",
+    "EnvVarError",
+    "env_flag",
+    "env_int",
     "POOL_SHARE",
     "budget_slice_numel",
     "swap_slice_numel",

@@ -7,6 +7,7 @@ it were this model's checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from zero_plugins import ZeroError, read_config_text
 
 from ._publish import DESCRIPTION, write_durably
 FORMAT = 1
+
+log = logging.getLogger("zero_core.checkpoint")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Description:
     keys: int  # tensors in the DCP checkpoint
     buffers: dict[str, list[int]] = field(default_factory=dict)  # fqn -> shape, of the persistent buffers saved
     tied: dict[str, str] = field(default_factory=dict)  # a tied parameter's other name -> the name it is saved under
+    optimizer_type: str | None = None  # e.g. "AdamW" (_optimizer_type.py); None: saved before it was recorded
 
     def write(self, directory: Path) -> None:
         write_durably(directory / DESCRIPTION, json.dumps(asdict(self), indent=1))
@@ -54,10 +58,11 @@ def check_model(description: Description, current: dict[str, list[int]], where: 
         if name in saved and saved[name] != shape:
             raise ZeroError(f"checkpoint {where} is of another model: {name} has shape {tuple(saved[name])} there, "
                             f"{tuple(shape)} here")
-    if not strict:
-        return
     missing = [name for name in current if name not in saved]
     unexpected = [name for name in saved if name not in current]
+    if not strict:
+        _check_overlap(missing, unexpected, current, description, where)
+        return
     if missing and not description.frozen_excluded:
         raise ZeroError(f"checkpoint {where} is of another model: it has no {missing[0]}"
                         f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; "
@@ -66,3 +71,27 @@ def check_model(description: Description, current: dict[str, list[int]], where: 
         raise ZeroError(f"checkpoint {where} is of another model: this model has no {unexpected[0]}"
                         f"{f' (and {len(unexpected) - 1} more)' if len(unexpected) > 1 else ''}; "
                         "pass load_module_strict=False to load the parameters both have")
+
+
+def _check_overlap(missing: list[str], unexpected: list[str], current: dict[str, list[int]],
+                   description: Description, where: Path) -> None:
+    """load_module_strict=False loads the parameters both have: none in common is another model, refused;
+    some not in common are said, by name."""
+    if current and len(missing) == len(current):
+        raise ZeroError(f"checkpoint {where} has none of this model's {len(current)} parameters, so "
+                        f"load_module_strict=False would load nothing: this model has {_some(list(current))}, the "
+                        f"checkpoint {_some(list(description.params)) if description.params else 'no parameters'}; "
+                        "load a checkpoint of this model (or rename its parameters to match)")
+    if missing:
+        why = " (it was saved with exclude_frozen_parameters=True)" if description.frozen_excluded else ""
+        log.warning("checkpoint %s has no %s%s: they keep their current values (load_module_strict=False)", where,
+                    _some(missing, limit=20), why)
+    if unexpected:
+        log.warning("checkpoint %s has %s, which this model lacks: not loaded (load_module_strict=False)", where,
+                    _some(unexpected, limit=20))
+
+
+def _some(names: list[str], limit: int = 3) -> str:
+    """The first `limit` names, and how many more."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")

@@ -11,6 +11,7 @@ from zero_plugins import ZeroError
 from ._deepspeed_resume import deepspeed_as_zero
 from ._describe import Description, check_model
 from ._entries import add_model, add_optimizer, keep_loaded_casts
+from ._optimizer_type import check_optimizer_type
 from ._pieces import EntryBuilder
 from ._publish import resolve_tag
 from ._training import TrainingEngine, create_optimizer_state, restore_counters, restore_optimizer, restore_rng
@@ -36,11 +37,13 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
         raise ZeroError(f"checkpoint {directory} is damaged: its `training` object is a {type(training).__name__}, "
                         "not zero's training state; load an earlier tag")
     with_state = load_optimizer_states and not load_module_only
-    if with_state:
-        create_optimizer_state(engine, description.optimizer_state, training["optimizer_steps"])
     builder = EntryBuilder(rank)
     names = add_model(builder, engine.module, rank, include_frozen=True)
     check_model(description, names.params, directory, load_module_strict)
+    if with_state:  # both checks before the first change to the engine
+        check_optimizer_type(description.optimizer_type, description.optimizer_state, engine.optimizer.optimizer,
+                             directory)
+        create_optimizer_state(engine, description.optimizer_state, training["optimizer_steps"])
     add_optimizer(builder, engine.optimizer, engine.policy.shards_optimizer_state, with_state=with_state)
     # The master is always loaded: it is the fp32 copy of the weights, and the next step writes it into them.
     wanted = {key: value for key, value in builder.entries(with_lazy=False).items() if key in saved_keys}

@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.state_dict_saver import save
 
 from ._describe import FORMAT, Description
 from ._entries import ModelNames, add_model, add_optimizer
+from ._optimizer_type import optimizer_type
 from ._pieces import EntryBuilder
 from ._agreement import agree_on_save, rank_zero_outcome
 from ._publish import prepare, publish, write_durably
@@ -76,7 +77,7 @@ def write_save(pending: PendingSave, group: dist.ProcessGroup | None = None,
         Description(FORMAT, tag, engine.world_size, engine.policy.stage, str(engine.compute_dtype).removeprefix("torch."),
                     names.params, pending.exclude_frozen, _state_names(pending.builder.keys()),
                     sum(1 for v in pending.state.values() if not isinstance(v, io.BytesIO)), names.buffers,
-                    names.tied).write(staging)
+                    names.tied, optimizer_type(engine.optimizer.optimizer)).write(staging)
         final = publish(save_dir, tag, staging, pending.save_latest)
     dist.barrier(group=group)
     return final

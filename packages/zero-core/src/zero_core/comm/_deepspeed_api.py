@@ -6,12 +6,11 @@ counted in the engine's ledger, and these calls are the script's own.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, env_int
 
 ReduceOp = dist.ReduceOp
 
@@ -36,7 +35,7 @@ def get_world_size(group: Any = None) -> int:
 def get_local_rank() -> int:
     """This process's rank on its node, from the launcher (LOCAL_RANK, or Open MPI's), 0 if none says."""
     _check_initialized("get_local_rank")
-    return int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    return env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, minimum=0), minimum=0)
 
 
 def barrier(group: Any = None, async_op: bool = False, device_ids: list[int] | None = None, prof: bool = False,

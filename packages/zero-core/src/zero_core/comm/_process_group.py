@@ -9,7 +9,7 @@ import os
 from datetime import timedelta
 
 import torch.distributed as dist
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, env_int
 
 from ..accelerator import Accelerator, get_accelerator
 from ._timeout import collective_timeout
@@ -64,8 +64,15 @@ def _join(accelerator: Accelerator, backend: str, timeout: timedelta | None, ini
         if missing:
             raise ZeroError(f"the launcher environment is incomplete: {', '.join(missing)} not set; "
                             "launch with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+        # torch reads these too, and says only "invalid literal for int()" of a bad one
+        world = env_int("WORLD_SIZE", 1, minimum=1)
+        if env_int("RANK", 0, minimum=0) >= world:
+            raise ZeroError(f"RANK={os.environ['RANK']} is not below WORLD_SIZE={world}: ranks count from 0; "
+                            "launch with torchrun, which sets both")
+        env_int("MASTER_PORT", 0, minimum=1)
+        local_rank = env_int("LOCAL_RANK", 0, minimum=0)
         if accelerator.device_count() > 1:
-            accelerator.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            accelerator.set_device(local_rank)
         dist.init_process_group(backend, timeout=timeout)
     else:
         # torch.distributed imports HashStore from torch._C without re-exporting it (no `as`, no __all__).

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, env_int
 
 log = logging.getLogger("zero_core.engine")
 
@@ -63,6 +63,6 @@ def check_local_rank(args: Any) -> None:
     if not isinstance(local_rank, int):
         raise ZeroError(f"args.local_rank must be an int (got {type(local_rank).__name__}); parse it with type=int")
     environment = os.environ.get("LOCAL_RANK")
-    if local_rank >= 0 and environment is not None and int(environment) != local_rank:
+    if local_rank >= 0 and environment is not None and env_int("LOCAL_RANK", local_rank, minimum=0) != local_rank:
         raise ZeroError(f"args.local_rank={local_rank} but LOCAL_RANK={environment}; pass the launcher's "
                         "--local_rank unchanged, or leave it out")

@@ -68,7 +68,7 @@ def assemble_engine(
     name_parameters(model)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
     param_groups = resolve_param_groups(model, model_parameters, client)
-    check_model(model, param_groups)
+    check_model(model, param_groups, policy.stage)
     check_ranks_agree(model, config)  # before the first collective that a difference would hang
     check_no_float64(model)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm, optimizer)

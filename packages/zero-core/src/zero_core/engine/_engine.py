@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, env_int
 
 from ..accelerator import get_accelerator, pinned_stats
 from ..comm import Collectives
@@ -18,7 +18,7 @@ from ..checkpoint import AsyncSaver
 from ..stage3 import GatherCoordinator, GatheringPasses
 from ._deepspeed_calls import DeepSpeedCalls
 from ._pin_steps import PinningPerStep
-from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_reached
+from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_lr_kwargs, check_reached
 from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
 from ._state_moves import StateMover
@@ -70,7 +70,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self.global_rank = parts.comm.rank
         self.world_size = parts.comm.world_size
         self._comm = parts.comm
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.local_rank = env_int("LOCAL_RANK", 0, minimum=0)
         self.micro_steps = 0
         self.global_steps = 0
         self.global_samples = 0
@@ -164,6 +164,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         Non-finite gradients (an fp16 overflow, or inf/NaN at any precision) skip the optimizer step and the
         scheduler step on every rank (`skipped_steps` counts them, a WARNING says so; docs/reliability.md).
         """
+        check_lr_kwargs(self.lr_scheduler, lr_kwargs)
         self._order.step()
         self._step_applied = False
         if self.is_gradient_accumulation_boundary():
@@ -171,6 +172,9 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
             interrupts, self._interrupts = self._interrupts or InterruptsHeld(f"step {self.global_steps + 1}"), None
             with interrupts:
                 self._boundary_step(lr_kwargs)
+            self._order.accumulated = 0
+        else:
+            self._order.accumulated += 1
         self.micro_steps += 1
 
     def _release_interrupts(self, error: BaseException) -> None:
@@ -227,6 +231,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
     def zero_grad(self, set_to_none: bool = True) -> None:  # torch.nn.Module's signature
         """Drop accumulated gradients (the step already does this after each update); a backward may follow."""
         self._order.backward_pending = False
+        self._order.accumulated = 0
         self._losses.reset()
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
@@ -305,6 +310,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         from ..checkpoint import load_checkpoint
 
         self._order.check_states_present("load_checkpoint")
+        self._order.check_no_gradients("load_checkpoint")
         self._saver.wait()
         loaded = load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                  load_lr_scheduler_states, load_module_only, trust_checkpoint)

@@ -3,6 +3,7 @@ a loss with no path to the trained parameters or reduced over zero elements, and
 after `initialize` (docs/reliability.md, "Inputs that would train silently")."""
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -98,3 +99,19 @@ class LossWatch:
                             "reduced over zero elements (an empty batch, or every label ignored), and the step would "
                             "apply as if the batch were normal; it was not applied; leave such micro-batches out "
                             "before engine.backward (and call engine.zero_grad() to go on)")
+
+
+def check_lr_kwargs(scheduler: Any, lr_kwargs: dict[str, Any] | None) -> None:
+    """`engine.step(lr_kwargs=...)` goes to the scheduler's step after the optimizer's: a key it does not take would
+    raise with the weights already updated, so the keys are checked against its signature first."""
+    if not lr_kwargs:
+        return
+    if scheduler is None:
+        raise ZeroError(f"engine.step(lr_kwargs={sorted(lr_kwargs)}) but the engine has no LR scheduler to pass them "
+                        "to; add a scheduler block to the config (or lr_scheduler= to initialize), or drop lr_kwargs")
+    try:
+        inspect.signature(scheduler.step).bind(**lr_kwargs)
+    except TypeError as error:
+        raise ZeroError(f"engine.step(lr_kwargs={sorted(lr_kwargs)}): {type(scheduler).__name__}.step "
+                        f"{inspect.signature(scheduler.step)} does not take them ({error}); nothing was stepped: pass "
+                        "only its parameters") from None

@@ -12,12 +12,11 @@ not a whole sub-group, where the optimizer steps element by element.
 from __future__ import annotations
 
 import math
-import os
 import secrets
 from typing import TYPE_CHECKING
 
 import torch
-from zero_plugins import swap_slice_numel
+from zero_plugins import env_int, swap_slice_numel
 from zero_plugins.placement import Copy, Location
 
 from ..accelerator import Accelerator
@@ -51,7 +50,7 @@ def open_offload_devices(
     copies go to which device is the placement plan's (`policy.plan`); the blocks give each device its settings."""
     zero = config.zero_optimization
     plan = policy.plan
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local_world = env_int("LOCAL_WORLD_SIZE", 1, minimum=1)
     blocks = [b for b in (zero.offload_optimizer, zero.offload_param) if b is not None and b.device != "none"]
     keeps_files = any(b.device in plan.inputs.swap_devices for b in blocks)  # the plan's NVMe locations
     run_id = _shared_run_id(comm, accelerator) if keeps_files else ""

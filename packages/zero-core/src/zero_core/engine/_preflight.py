@@ -22,12 +22,18 @@ if TYPE_CHECKING:
 WRAPPED_ATTRIBUTE = "_zero_engine_wrapped"
 
 
-def check_model(model: torch.nn.Module, param_groups: list[ParamGroup]) -> None:
+def check_model(model: torch.nn.Module, param_groups: list[ParamGroup], stage: int) -> None:
     """One clear error for a model this engine cannot train."""
     name = type(model).__name__
     if getattr(model, WRAPPED_ATTRIBUTE, False):
         raise ZeroError(f"this {name} is already wrapped by a ZeroEngine (initialize was called on it before); "
                         "call engine.destroy() on that engine first, or build a new model")
+    partitioned = [fqn for fqn, p in model.named_parameters() if unit_of(p) is not None]
+    if partitioned and stage != 3:  # each rank holds a slice of these: stages 0-2 would compute with the slice
+        raise ZeroError(f"{len(partitioned)} parameter(s) of {name} are partitioned by zero_core.Init (first: "
+                        f"{partitioned[0]}), and zero_optimization.stage is {stage}: only stage 3 trains partitioned "
+                        "parameters; initialize with the stage-3 config that Init was given, or build the model "
+                        "outside zero_core.Init for stages 0-2")
     meta = [fqn for fqn, p in model.named_parameters() if p.device.type == "meta" and unit_of(p) is None]
     if meta:
         raise ZeroError(f"{len(meta)} parameter(s) of {name} are on the meta device and hold no values (first: "

@@ -18,6 +18,7 @@ class CallOrder:
 
     def __init__(self) -> None:
         self.backward_pending = False  # a backward whose step has not come yet
+        self.accumulated = 0  # micro-batches stepped since the last accumulation boundary: their gradients are held
         self.destroyed = False
         self.states_away: frozenset[str] = frozenset()  # what engine.offload_states() moved off, until reload_states()
         self.half_applied: HalfAppliedStep | None = None  # a step that failed part-way, until a checkpoint is loaded
@@ -40,6 +41,20 @@ class CallOrder:
         if needed:
             raise EngineMisuse(f"engine.{call}() while engine.offload_states() has moved {', '.join(sorted(needed))} "
                                "off the accelerator; call engine.reload_states() first")
+
+    def check_no_gradients(self, call: str) -> None:
+        """Gradients not yet applied were computed from the current weights: a call that replaces the weights
+        would have the next optimizer step apply them to the new ones."""
+        if self.backward_pending:
+            held = "between engine.backward() and engine.step(): that backward's gradients are"
+        elif self.accumulated:
+            held = (f"with the gradients of {self.accumulated} micro-batch(es) accumulated toward the next optimizer "
+                    "step:")
+        else:
+            return
+        raise EngineMisuse(f"engine.{call}() {held} computed from the weights it replaces, and the next step would "
+                           f"apply them to the loaded ones; call engine.zero_grad() to discard them before "
+                           f"engine.{call}() (or finish the accumulation with step() first, to keep their update)")
 
     def backward(self) -> None:
         self.check_alive("backward")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import inspect
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,6 +20,20 @@ if TYPE_CHECKING:
     from zero_plugins.ds_config import SchedulerConfig, ZeroConfig
 
 _WARMUP_TYPES = ("log", "linear")
+
+
+class ScheduleWarning(UserWarning):
+    """A schedule that is valid but almost surely not meant: it would train at a learning rate of 0 (or its floor)."""
+
+
+def _warn_total_below_warmup(cls: str, total_num_steps: int, warmup_num_steps: int, after: str) -> None:
+    """DeepSpeed builds such a schedule without a word; its decay then ends before it starts."""
+    if total_num_steps < warmup_num_steps:
+        warnings.warn(ScheduleWarning(
+            f"{cls}: scheduler.params.total_num_steps ({total_num_steps}) is below scheduler.params.warmup_num_steps "
+            f"({warmup_num_steps}), so there is no decay: the lr rises for {warmup_num_steps} steps, then {after} "
+            "for the rest of training; set total_num_steps to the run's optimizer steps (above warmup_num_steps)"),
+            stacklevel=3)
 
 
 class _Schedule(abc.ABC):
@@ -79,11 +94,16 @@ class WarmupLR(_Schedule):
                  warmup_max_lr: float | list[float] | None = None, warmup_num_steps: int = 1000,
                  warmup_type: str = "log") -> None:
         self.optimizer = optimizer
+        given = warmup_max_lr is not None
         if warmup_max_lr is None:
             warmup_max_lr = [group["lr"] for group in optimizer.param_groups]
         self.min_lrs = self._per_group(warmup_min_lr, "warmup_min_lr")
         self.max_lrs = self._per_group(warmup_max_lr, "warmup_max_lr")
         super().__init__(optimizer, warmup_num_steps, warmup_type)
+        if given and all(lr == 0 for lr in self.max_lrs):
+            warnings.warn(ScheduleWarning(
+                f"{type(self).__name__}: scheduler.params.warmup_max_lr is 0, so every step after warmup trains at "
+                "lr 0; set it to the peak lr (left out, it is the optimizer's lr)"), stacklevel=2)
 
     def _gamma(self) -> float:
         return self._warmup_fraction() if self.last_batch_iteration < self.warmup_num_steps else 1.0
@@ -103,6 +123,7 @@ class WarmupDecayLR(WarmupLR):
                  warmup_type: str = "log") -> None:
         self.total_num_steps = total_num_steps
         super().__init__(optimizer, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type)
+        _warn_total_below_warmup("WarmupDecayLR", total_num_steps, warmup_num_steps, "drops to 0 and stays there")
 
     def _gamma(self) -> float:
         if self.last_batch_iteration < self.warmup_num_steps:
@@ -122,6 +143,8 @@ class WarmupCosineLR(_Schedule):
         self.cos_min_ratio = cos_min_ratio
         self.org_lrs = [group["lr"] for group in optimizer.param_groups]
         super().__init__(optimizer, warmup_num_steps, warmup_type)
+        _warn_total_below_warmup("WarmupCosineLR", total_num_steps, warmup_num_steps,
+                                 f"drops to cos_min_ratio ({cos_min_ratio:g}) of it and stays there")
 
     def _ratio(self) -> float:
         if self.last_batch_iteration < self.warmup_num_steps:
