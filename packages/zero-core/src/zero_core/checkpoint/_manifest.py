@@ -64,11 +64,15 @@ def digest(path: Path) -> FileRecord:
     return FileRecord(size, hasher.hexdigest())
 
 
+def digests(directory: Path, names: list[str]) -> dict[str, FileRecord]:
+    """The record of each of `names` in `directory`, hashed in threads."""
+    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+        return dict(zip(names, pool.map(lambda name: digest(directory / name), names)))
+
+
 def write_manifest(directory: Path) -> None:
     """(At publish, rank 0) record every file of `directory` in its manifest, written and fsynced."""
-    names = sorted(entry.name for entry in os.scandir(directory) if entry.name != MANIFEST)
-    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-        records = dict(zip(names, pool.map(lambda name: digest(directory / name), names)))
+    records = digests(directory, sorted(entry.name for entry in os.scandir(directory) if entry.name != MANIFEST))
     text = json.dumps({"format": MANIFEST_FORMAT, "hash": "blake2b",
                        "files": {name: {"bytes": r.size, "blake2b": r.blake2b} for name, r in records.items()}},
                       indent=1)
