@@ -70,7 +70,7 @@ _SCHEMA: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
     "tag": (True, lambda v: tag_problem(v) is None, "a valid tag (one directory name)"),
     "world_size": (True, _whole(1), "a whole number >= 1 (the ranks that saved it)"),
     "stage": (True, _whole(0, 3), "a ZeRO stage, 0 to 3"),
-    "compute_dtype": (True, lambda v: v in COMPUTE_DTYPES, f"one of {', '.join(sorted(COMPUTE_DTYPES))}"),
+    "compute_dtype": (True, lambda v: isinstance(v, str) and v in COMPUTE_DTYPES, f"one of {', '.join(sorted(COMPUTE_DTYPES))}"),
     "params": (True, _shapes, "an object of parameter name -> shape (a list of whole numbers)"),
     "frozen_excluded": (True, lambda v: isinstance(v, bool), "true or false"),
     "optimizer_state": (True, lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),

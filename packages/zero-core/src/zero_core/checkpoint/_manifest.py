@@ -91,8 +91,10 @@ def read_manifest(directory: Path) -> dict[str, FileRecord] | None:
         return None
     try:
         data: Any = json.loads(read_config_text(path, what="checkpoint manifest"))
-    except (ZeroError, ValueError) as error:
+    except ZeroError as error:
         raise _damaged_manifest(path, str(error)) from None
+    except ValueError as error:
+        raise _damaged_manifest(path, f"it is not valid JSON: {error}") from None
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or data.get("hash") != "blake2b":
         raise _damaged_manifest(path, f"it is not a format-{MANIFEST_FORMAT} blake2b manifest")
     files = data.get("files")
