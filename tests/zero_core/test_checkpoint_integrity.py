@@ -127,6 +127,17 @@ def test_a_checkpoint_without_a_manifest_loads_unverified_said_once(tmp_path: Pa
     assert (code, summary["integrity"], summary["complete"]) == (0, "unverified", True)
 
 
+def test_a_checkpoint_without_a_manifest_still_gets_the_metadata_checks(tmp_path: Path) -> None:
+    from zero_core.checkpoint import CheckpointError, SavedCheckpoint
+
+    shutil.copytree(LEGACY, tmp_path / "legacy")
+    data = tmp_path / "legacy" / "global_step2" / "__1_0.distcp"
+    data.write_bytes(data.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match=r"damaged: __1_0\.distcp is truncated: 1000 bytes, its data runs to byte "
+                                              r"\d+ \(the file was cut short\); load an earlier tag, or save again$"):
+        SavedCheckpoint.open(tmp_path / "legacy")
+
+
 def _redirected(tmp_path: Path, how: str) -> tuple[Path, str]:
     """A legacy tag (no manifest) whose `.metadata` sends one data file outside the tag; returns it and the path."""
     tag = tmp_path / "legacy" / "global_step2"

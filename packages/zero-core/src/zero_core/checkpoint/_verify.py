@@ -53,7 +53,7 @@ def integrity_problems(directory: Path, across_ranks: bool = False) -> tuple[Int
         return Integrity.UNVERIFIED, []
     names = sorted(records, key=lambda name: (-records[name].size, name))  # largest first: even shares
     rank, world_size = (dist.get_rank(), dist.get_world_size()) if across_ranks and dist.is_initialized() else (0, 1)
-    problems = manifest_problems(directory, records, names[rank::world_size])
+    problems = sorted(manifest_problems(directory, records, names[rank::world_size]))  # by file name, as below
     if world_size > 1:
         gathered: list[list[str] | None] = [None] * world_size
         dist.all_gather_object(gathered, problems)
