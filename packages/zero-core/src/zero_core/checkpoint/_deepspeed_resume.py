@@ -47,7 +47,7 @@ def deepspeed_as_zero(load_dir: Path, tag: str | None, trust_checkpoint: bool) -
     outcome: list[tuple[bool, str]] = [(False, "rank 0 did not answer")]
     if not dist.is_initialized() or dist.get_rank() == 0:
         try:
-            outcome[0] = (True, str(imported(directory, tag, trust_checkpoint)))
+            outcome[0] = (True, str(_imported(directory, tag, trust_checkpoint)))
         except (ZeroError, OSError) as error:
             outcome[0] = (False, str(error))
     if dist.is_initialized() and dist.get_world_size() > 1:
@@ -75,9 +75,10 @@ def _locate(load_dir: Path, tag: str | None) -> tuple[Path, str] | None:
 
 def content_key(directory: Path) -> str:
     """32 hex digits naming the DeepSpeed tag directory's files: their names, sizes and blake2b hashes."""
-    names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file(follow_symlinks=False))
+    names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file())
     hasher = hashlib.blake2b(digest_size=16)
-    for name, record in digests(directory, names).items():
+    # Links followed: DeepSpeed's reader reads through them, so their targets' bytes are what is converted.
+    for name, record in zip(names, digests([(directory / name).resolve() for name in names])):
         hasher.update(f"{name}\0{record.size}\0{record.blake2b}\n".encode())
     return hasher.hexdigest()
 
@@ -94,7 +95,7 @@ def cache_directory() -> Path:
     return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "zero" / "deepspeed-conversions"
 
 
-def imported(directory: Path, tag: str, trust_checkpoint: bool) -> Path:
+def _imported(directory: Path, tag: str, trust_checkpoint: bool) -> Path:
     """(Rank 0) the save directory holding the import of `directory` as `tag`, converting it unless already done."""
     key = content_key(directory)
     local, cache = directory.parent / CONVERTED, cache_directory()

@@ -64,15 +64,16 @@ def digest(path: Path) -> FileRecord:
     return FileRecord(size, hasher.hexdigest())
 
 
-def digests(directory: Path, names: list[str]) -> dict[str, FileRecord]:
-    """The record of each of `names` in `directory`, hashed in threads."""
+def digests(paths: list[Path]) -> list[FileRecord]:
+    """The record of each of `paths`, hashed in threads."""
     with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-        return dict(zip(names, pool.map(lambda name: digest(directory / name), names)))
+        return list(pool.map(digest, paths))
 
 
 def write_manifest(directory: Path) -> None:
     """(At publish, rank 0) record every file of `directory` in its manifest, written and fsynced."""
-    records = digests(directory, sorted(entry.name for entry in os.scandir(directory) if entry.name != MANIFEST))
+    names = sorted(entry.name for entry in os.scandir(directory) if entry.name != MANIFEST)
+    records = dict(zip(names, digests([directory / name for name in names])))
     text = json.dumps({"format": MANIFEST_FORMAT, "hash": "blake2b",
                        "files": {name: {"bytes": r.size, "blake2b": r.blake2b} for name, r in records.items()}},
                       indent=1)
