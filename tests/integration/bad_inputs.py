@@ -4,6 +4,9 @@ CONFIGS: ds_config dicts for zero_plugins.ds_config.load_config -> the JSON path
 SOURCES: what load_config is given instead of a ds_config (a file's bytes, or another object) -> a word
 the message must hold. CLI: `zero ARGS` -> the flag, file or key the error must name (exit status 2).
 ENV: `zero ARGS` with one environment variable set -> the variable the error must name.
+CHECKPOINT_DESCRIPTIONS: changes to a valid zero_checkpoint.json (REMOVED removes the key) -> the key the
+CheckpointError must name. CHECKPOINT_MANIFESTS: the bytes of a tag's zero_manifest.json -> a word the
+problem must hold.
 
 In CLI and ENV, "{name}" stands for a file the test writes first (FILES: name -> its bytes; "dir" is a
 directory; SPECIAL_FILES are made by the test: "fifo" a named pipe, which blocks a plain read forever,
@@ -305,6 +308,9 @@ CLI: list[tuple[list[str], str]] = [
     (["checkpoint", "export", "{nosuch}", "{dir}"], "was not written by an export"),
     (["checkpoint", "import", "{nosuch}", "{dir}"], "nosuch"),
     (["checkpoint", "import", "{dir}", "{dir}", "--tag", "../x"], "'../x' is not a valid checkpoint tag"),
+    (["checkpoint", "inspect", "{dir}"], "is not a checkpoint directory"),  # files only, no tag directories
+    (["checkpoint", "inspect", "/etc"], "/etc is not a checkpoint directory"),  # directories, none a tag
+    (["checkpoint", "inspect", "/"], "/ is not a checkpoint directory"),
     # zero profile (each refused before a rank starts)
     (["profile", "--model", "pythia-tiny", "--stages", "9"], "--stages"),
     (["profile", "--model", "nosuch"], "--model"),
@@ -366,4 +372,66 @@ ENV: list[tuple[str, str, list[str]]] = [
     ("ZERO_PIN_CACHE_BYTES", "-1", ["pin", "check"]),
     ("ZERO_PIN_CACHE_BYTES", "1.5G", ["pin", "check"]),
     ("ZERO_PIN_CACHE_BYTES", "2P", ["pin", "check"]),
+]
+
+REMOVED: Any = object()  # in a CHECKPOINT_DESCRIPTIONS change: the key is left out
+# zero_checkpoint.json with one value damaged (a change to CHECKPOINT_DESCRIPTION; REMOVED removes the key) -> the key
+# the one-line CheckpointError must name, read by load_checkpoint, SavedCheckpoint and `zero checkpoint inspect`.
+CHECKPOINT_DESCRIPTION: dict[str, Any] = {
+    "format": 1, "tag": "global_step2", "world_size": 2, "stage": 2, "compute_dtype": "bfloat16",
+    "params": {"embed.weight": [23, 15], "down.bias": [15]}, "frozen_excluded": False,
+    "optimizer_state": ["exp_avg", "exp_avg_sq"], "keys": 6, "buffers": {"position": [8, 15]},
+    "tied": {"head.weight": "embed.weight"},
+}
+CHECKPOINT_DESCRIPTIONS: list[tuple[dict[str, Any], str]] = [
+    ({"world_size": 0}, "world_size"),
+    ({"world_size": -2}, "world_size"),
+    ({"world_size": 1.5}, "world_size"),
+    ({"world_size": "2"}, "world_size"),
+    ({"world_size": True}, "world_size"),
+    ({"world_size": None}, "world_size"),
+    ({"stage": 4}, "stage"),
+    ({"stage": "3"}, "stage"),
+    ({"format": 2}, "format"),
+    ({"format": "1"}, "format"),
+    ({"tag": "../outside"}, "tag"),
+    ({"tag": 7}, "tag"),
+    ({"compute_dtype": "int8"}, "compute_dtype"),
+    ({"compute_dtype": ["bfloat16"]}, "compute_dtype"),
+    ({"params": ["embed.weight"]}, "params"),
+    ({"params": {"embed.weight": 345}}, "params"),
+    ({"params": {"embed.weight": [23, -15]}}, "params"),
+    ({"params": {"embed.weight": [23, "15"]}}, "params"),
+    ({"params": None}, "params"),
+    ({"frozen_excluded": "no"}, "frozen_excluded"),
+    ({"optimizer_state": "exp_avg"}, "optimizer_state"),
+    ({"optimizer_state": [1, 2]}, "optimizer_state"),
+    ({"keys": -1}, "keys"),
+    ({"keys": 6.0}, "keys"),
+    ({"buffers": [8, 15]}, "buffers"),
+    ({"tied": {"head.weight": 0}}, "tied"),
+    ({"tied": ["head.weight"]}, "tied"),
+    ({"world_size": REMOVED}, "world_size"),
+    ({"params": REMOVED}, "params"),
+    ({"optimizer_state": REMOVED}, "optimizer_state"),
+    ({"unknown_key": 1}, "unknown_key"),
+]
+
+# A tag's zero_manifest.json -> a word the problem must hold (each reads as a damaged tag, naming the manifest).
+CHECKPOINT_MANIFESTS: list[tuple[bytes, str]] = [
+    (b"", "not valid JSON"),
+    (b"{", "not valid JSON"),
+    (b"[1, 2]", "blake2b manifest"),
+    (b'{"format": 2, "hash": "blake2b", "files": {}}', "blake2b manifest"),
+    (b'{"format": 1, "hash": "sha1", "files": {}}', "blake2b manifest"),
+    (b'{"format": 1, "hash": "blake2b", "files": {}}', "`files`"),
+    (b'{"format": 1, "hash": "blake2b", "files": []}', "`files`"),
+    (b'{"format": 1, "hash": "blake2b", "files": {"../x": {"bytes": 1, "blake2b": "' + b"0" * 128 + b'"}}}',
+     "'../x'"),
+    (b'{"format": 1, "hash": "blake2b", "files": {"a": {"bytes": -1, "blake2b": "' + b"0" * 128 + b'"}}}',
+     "the entry of a"),
+    (b'{"format": 1, "hash": "blake2b", "files": {"a": {"bytes": 1, "blake2b": "00"}}}', "the entry of a"),
+    (b'{"format": 1, "hash": "blake2b", "files": {"a": {"bytes": 1, "blake2b": "' + b"0" * 128 + b'"}}}',
+     "a is missing"),
+    (b"\xff\xfe", "UTF-8"),
 ]

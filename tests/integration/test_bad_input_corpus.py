@@ -7,6 +7,7 @@ blocks a plain read forever, so the cases that read files run under a timeout: a
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from typing import Any
@@ -15,7 +16,10 @@ from pathlib import Path
 import pytest
 from zero_plugins.ds_config import ConfigError, load_config
 
-from bad_inputs import CLI, CONFIGS, ENV, FILES, SOURCES, SPECIAL_FILES
+from bad_inputs import (
+    CHECKPOINT_DESCRIPTION, CHECKPOINT_DESCRIPTIONS, CHECKPOINT_MANIFESTS, CLI, CONFIGS, ENV, FILES, REMOVED, SOURCES,
+    SPECIAL_FILES,
+)
 from zero_plugins import MAX_CONFIG_BYTES
 from cli_helpers import run_main, run_zero
 
@@ -117,6 +121,41 @@ def test_a_fifo_config_ends_the_command_at_once(files: dict[str, str]) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr == (f"zero: error: cannot read {files['fifo']}: is a named pipe (FIFO), not a regular file; "
                              "save the config to a file and pass that\n")
+
+
+@pytest.mark.parametrize(("change", "key"), CHECKPOINT_DESCRIPTIONS,
+                         ids=[f"description-{i}-{key}" for i, (_, key) in enumerate(CHECKPOINT_DESCRIPTIONS)])
+def test_damaged_checkpoint_descriptions_are_one_checkpoint_error_naming_the_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], key: str) -> None:
+    from zero_core.checkpoint import CheckpointError
+    from zero_core.checkpoint._describe import Description
+
+    tag = tmp_path / "checkpoints" / "global_step2"
+    tag.mkdir(parents=True)
+    data = {k: v for k, v in {**CHECKPOINT_DESCRIPTION, **change}.items() if v is not REMOVED}
+    (tag / "zero_checkpoint.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as caught:
+        Description.read(tag)
+    message = str(caught.value)
+    _one_line(message)
+    assert message.startswith(f"{tag / 'zero_checkpoint.json'} is damaged: `{key}` "), message
+    # `zero checkpoint inspect` lists the tag as incomplete with that line, exit 1, no traceback.
+    code, out, err = run_main(capsys, "checkpoint", "inspect", str(tag.parent), "--json")
+    assert (code, err) == (1, "")
+    assert message in json.loads(out)["tags"][0]["problems"]
+
+
+@pytest.mark.parametrize(("content", "word"), CHECKPOINT_MANIFESTS,
+                         ids=[f"manifest-{i}" for i in range(len(CHECKPOINT_MANIFESTS))])
+def test_damaged_manifests_read_as_a_damaged_tag(tmp_path: Path, content: bytes, word: str) -> None:
+    from zero_core.checkpoint._manifest import Integrity
+    from zero_core.checkpoint._verify import integrity_problems
+
+    (tmp_path / "zero_manifest.json").write_bytes(content)
+    integrity, problems = integrity_problems(tmp_path)
+    assert integrity is Integrity.DAMAGED and len(problems) == 1, problems
+    _one_line(problems[0])
+    assert word in problems[0] and "zero_manifest.json" in problems[0], problems[0]
 
 
 def test_the_corpus_is_large() -> None:

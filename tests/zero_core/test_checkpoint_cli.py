@@ -93,8 +93,9 @@ def test_inspect_text_is_a_table_marking_latest(saved: Path, capsys: Any) -> Non
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == f"checkpoints in {saved} (* latest: global_step2)"
-    assert lines[1].split() == ["tag", "complete", "world", "size", "stage", "dtype", "parameters", "bytes"]
-    assert lines[3].startswith("global_step1  ") and lines[4].startswith("global_step2 *")
+    assert lines[1].split() == ["tag", "complete", "files", "world", "size", "stage", "dtype", "parameters", "bytes"]
+    assert lines[3].split()[:3] == ["global_step1", "yes", "verified"]
+    assert lines[4].split()[:4] == ["global_step2", "*", "yes", "verified"]
     assert "optim.exp_avg_sq" in out
 
 

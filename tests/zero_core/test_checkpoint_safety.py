@@ -198,14 +198,18 @@ def _loads(rank: int, world_size: int, root: str) -> dict[str, tuple[str, Any]]:
                "tag": _load(TiedLoRA(), full, stage=3, tag="global_step9"),
                "shape": _load(Wider(), full)}
     where = Path(full) / "global_step1"
+    data = sorted(where.glob("*.distcp"))[0]
+    whole = data.read_bytes()
+    results["size"] = (len(whole), None)
+    dist.barrier()
     if rank == 0:
-        data = sorted(where.glob("*.distcp"))[0]
         with open(data, "r+b") as file:
-            file.truncate(data.stat().st_size // 2)
+            file.truncate(len(whole) // 2)
     dist.barrier()
     results["truncated"] = _load(TiedLoRA(), full)
     dist.barrier()
-    if rank == 0:
+    if rank == 0:  # one damage at a time: the data file whole again, the description gone
+        data.write_bytes(whole)
         (where / "zero_checkpoint.json").unlink()
     dist.barrier()
     results["no description"] = _load(TiedLoRA(), full)
@@ -234,11 +238,13 @@ def test_a_truncated_file_and_a_missing_description_fail(loads: Any) -> None:
     root, _, results = loads
     where = root / "full" / "global_step1"
     truncated = results["truncated"][0]
-    assert truncated.startswith(f"ZeroError: checkpoint {where} is damaged: __0_0.distcp is "), truncated
-    assert truncated.endswith("(the file was cut short); load an earlier tag, or save again"), truncated
+    size = results["size"][0]
+    assert truncated == (f"CheckpointError: checkpoint {where} is damaged: __0_0.distcp is {size // 2} bytes, "
+                         f"zero_manifest.json records {size} (the file was cut short or replaced); load an earlier "
+                         "tag, or save again")
     assert results["no description"][0] == (
-        f"ZeroError: {where} is not a complete zero checkpoint: zero_checkpoint.json is missing (the save did not "
-        "finish, or this is another tool's checkpoint)")
+        f"CheckpointError: checkpoint {where} is damaged: zero_checkpoint.json is missing (the manifest "
+        "zero_manifest.json records it); load an earlier tag, or save again")
 
 
 def test_frozen_parameters_can_be_left_out_and_come_from_the_base_model(loads: Any) -> None:

@@ -41,6 +41,9 @@ CLIENT_STATE = {"epoch": 3, "mask": torch.ones(2), "seen": {1, 2}, "pair": (0.5,
 def _tamper_metadata(saved: Path, root: Path, marker: Path) -> None:
     shutil.copytree(saved, root)
     (root / "good" / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
+    # Whoever replaces a file can remove the manifest too (it then reads as an older, unverified tag): the
+    # restricted unpickler is what must stop the payload.
+    (root / "good" / "zero_manifest.json").unlink()
 
 
 def _load(root: Path, trust: bool) -> str:

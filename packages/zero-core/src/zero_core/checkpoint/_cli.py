@@ -41,16 +41,21 @@ def _progress(done: int, total: int, name: str) -> None:
     print(f"export: {done}/{total} tensors ({name})", file=sys.stderr, flush=True)
 
 
+# The `files` column: what the tag's manifest says of its files (_manifest.Integrity).
+_FILES = {"verified": "verified", "unverified": "no manifest", "damaged": "DAMAGED"}
+
+
 def _inspect_text(data: dict[str, Any]) -> str:
     tags = data["tags"]
-    rows = [(s["tag"] + (" *" if s["latest"] else ""), "yes" if s["complete"] else "NO", s.get("world_size", "?"),
+    rows = [(s["tag"] + (" *" if s["latest"] else ""), "yes" if s["complete"] else "NO", _FILES[s["integrity"]],
+             s.get("world_size", "?"),
              s.get("stage", "?"), s.get("compute_dtype", "?"),
              f"{s['parameters']} ({s['parameter_elements']:,} elements)" if "parameters" in s else "?",
              format_bytes(sum(c["bytes"] for c in s.get("categories", {}).values())))
             for s in tags]
     latest = data["latest"]
     lines = [f"checkpoints in {data['directory']}" + (f" (* latest: {latest})" if latest else " (no `latest` file)"),
-             format_table(["tag", "complete", "world size", "stage", "dtype", "parameters", "bytes"], rows)]
+             format_table(["tag", "complete", "files", "world size", "stage", "dtype", "parameters", "bytes"], rows)]
     if not data["latest_exists"]:
         lines.append(f"`latest` names {latest}, which is not in {data['directory']}")
     for s in tags:

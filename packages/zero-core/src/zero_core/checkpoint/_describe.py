@@ -10,12 +10,17 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from zero_plugins import ZeroError, read_config_text
 
+from ._errors import CheckpointError
 from ._publish import DESCRIPTION, write_durably
+from ._tags import tag_problem
+
 FORMAT = 1
+COMPUTE_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})  # what an engine computes in
 
 log = logging.getLogger("zero_core.checkpoint")
 
@@ -45,10 +50,56 @@ class Description:
             raise ZeroError(f"{directory} is not a complete zero checkpoint: {DESCRIPTION} is missing (the save did "
                             "not finish, or this is another tool's checkpoint)")
         try:  # bounded, regular files only: a checkpoint's files are read as untrusted input
-            data: dict[str, Any] = json.loads(read_config_text(path, what="checkpoint description"))
-            return cls(**data)
-        except (ValueError, TypeError) as error:
-            raise ZeroError(f"{path} is not a zero checkpoint description ({error})") from None
+            data: Any = json.loads(read_config_text(path, what="checkpoint description"))
+        except ValueError as error:
+            raise CheckpointError(f"{path} is not a zero checkpoint description ({error})") from None
+        problem = description_problem(data)
+        if problem is not None:
+            raise CheckpointError(f"{path} is damaged: {problem}; load an earlier tag, or save again")
+        return cls(**data)
+
+
+def _whole(low: int, high: int | None = None) -> Callable[[Any], bool]:
+    return lambda v: type(v) is int and v >= low and (high is None or v <= high)
+
+
+def _shapes(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, list) and all(_whole(0)(n) for n in v)
+                                           for k, v in value.items())
+
+
+# Each key of zero_checkpoint.json: (whether a save always writes it, its check, what it must be).
+_SCHEMA: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
+    "format": (True, _whole(1, FORMAT), f"{FORMAT}, the format this zero reads (a newer zero wrote it?)"),
+    "tag": (True, lambda v: tag_problem(v) is None, "a valid tag (one directory name)"),
+    "world_size": (True, _whole(1), "a whole number >= 1 (the ranks that saved it)"),
+    "stage": (True, _whole(0, 3), "a ZeRO stage, 0 to 3"),
+    "compute_dtype": (True, lambda v: isinstance(v, str) and v in COMPUTE_DTYPES, f"one of {', '.join(sorted(COMPUTE_DTYPES))}"),
+    "params": (True, _shapes, "an object of parameter name -> shape (a list of whole numbers)"),
+    "frozen_excluded": (True, lambda v: isinstance(v, bool), "true or false"),
+    "optimizer_state": (True, lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+                        "a list of optimizer state names"),
+    "keys": (True, _whole(0), "a whole number >= 0 (the tensors saved)"),
+    "buffers": (False, _shapes, "an object of buffer name -> shape (a list of whole numbers)"),
+    "tied": (False, lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(n, str)
+                                                          for k, n in v.items()),
+             "an object of tied name -> the parameter name it is saved under"),
+}
+
+
+def description_problem(data: Any) -> str | None:
+    """What makes `data` (zero_checkpoint.json, parsed) not a description a save writes, naming the key; or None."""
+    if not isinstance(data, dict):
+        return f"it holds a JSON {type(data).__name__}, not an object"
+    for key, (required, check, expected) in _SCHEMA.items():
+        if key not in data:
+            if required:
+                return f"`{key}` is missing"
+        elif not check(data[key]):
+            shown = json.dumps(data[key])
+            return f"`{key}` is {shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}"
+    unknown = sorted(key for key in data if key not in _SCHEMA)
+    return f"`{unknown[0]}` is not a key of a zero checkpoint description" if unknown else None
 
 
 def check_model(description: Description, current: dict[str, list[int]], where: Path, strict: bool) -> None:

@@ -73,7 +73,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, tag: str 
     max_bytes = max_shard_size if isinstance(max_shard_size, int) else parse_size(max_shard_size)
     out = ExportDirectory(Path(out_dir), overwrite)  # checked before anything is read
     checkpoint = SavedCheckpoint.open(checkpoint_dir, tag, trust_checkpoint)
-    check_complete(checkpoint.directory, trust_checkpoint)
+    check_complete(checkpoint.directory, trust_checkpoint, hash_files=False)  # open() checked the manifest
     params = checkpoint.description.params
     if not params:
         raise ZeroError(f"checkpoint {checkpoint.directory} saved no parameters")

@@ -1,11 +1,15 @@
 """`zero checkpoint inspect`: what each tag of a save_dir holds, from the description and DCP's metadata alone.
 
-No tensor data is read: sizes come from the metadata, and completeness is that the
-description is there and that every file the metadata points into exists and is long enough.
+Sizes come from the metadata; completeness is that the description is there and agrees with the
+metadata, that every file the metadata points into exists and is long enough, and that every file
+has the size and hash its manifest records (the one read of the tensor data: hashing). Only
+directories holding a zero tag's files are inspected: a directory of anything else is "not a
+checkpoint directory", one error.
 """
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +17,12 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from zero_plugins import ZeroError
 
 from ._describe import Description
-from ._publish import DESCRIPTION
 from ._deepspeed_read import is_deepspeed_checkpoint
-from ._publish import LATEST, list_tags, read_latest, resolve_tag, tag_directory
+from ._manifest import MANIFEST
+from ._publish import DESCRIPTION, LATEST, list_tags, read_latest, resolve_tag, tag_directory
 from ._tags import tag_problem
 from ._trust import CheckpointReader
-from ._verify import file_problems
+from ._verify import file_problems, integrity_problems
 
 DCP_METADATA = ".metadata"
 
@@ -36,12 +40,17 @@ def inspect_checkpoints(save_dir: str | Path, tag: str | None = None,
     if tag is not None:
         tags = [resolve_tag(save_dir, tag)]
     else:
-        tags = [(name, save_dir / name) for name in list_tags(save_dir)]
+        tags = [(name, save_dir / name) for name in list_tags(save_dir) if _looks_like_a_tag(save_dir / name)]
     if not tags:
-        if (save_dir / DESCRIPTION).exists() or (save_dir / DCP_METADATA).exists():
+        if _looks_like_a_tag(save_dir):
             raise ZeroError(f"{save_dir} is one checkpoint (a tag's directory): pass the directory above it, "
                             f"with --tag {save_dir.name}")
-        raise ZeroError(f"no checkpoints in {save_dir}: it has no tag directories")
+        deepspeed = [name for name in list_tags(save_dir) if is_deepspeed_checkpoint(save_dir / name)]
+        if deepspeed:
+            _refuse_deepspeed(save_dir, deepspeed[0])
+        raise ZeroError(f"{save_dir} is not a checkpoint directory: none of its directories holds {DESCRIPTION}, "
+                        f"{DCP_METADATA} or {MANIFEST} (a checkpoint directory, the save_dir given to "
+                        "save_checkpoint, holds one directory per tag with those files)")
     return {"directory": str(save_dir), "latest": latest,
             "latest_exists": latest is None or (tag_problem(latest) is None and
                                                 tag_directory(save_dir, latest) is not None),
@@ -56,10 +65,21 @@ def _refuse_deepspeed(save_dir: Path, tag: str | None) -> None:
                             f"import {save_dir} OUT`, then inspect OUT (engine.load_checkpoint also loads it as it is)")
 
 
-def summarize(tag: str, directory: Path, latest: bool, trust_checkpoint: bool = False) -> dict[str, Any]:
-    """One tag: how it was saved, whether it is complete (and if not, why), and its tensors by category."""
+def _looks_like_a_tag(directory: Path) -> bool:
+    """A directory a save made (or one cut short): it holds one of the files every zero tag has."""
+    return any(os.path.lexists(directory / name) for name in (DESCRIPTION, DCP_METADATA, MANIFEST))
+
+
+def summarize(tag: str, directory: Path, latest: bool, trust_checkpoint: bool = False,
+              hash_files: bool = True) -> dict[str, Any]:
+    """One tag: how it was saved, whether it is complete and its files are those the save wrote (and if not, why),
+    and its tensors by category. `hash_files=False`: the manifest was checked already (SavedCheckpoint.open)."""
     summary: dict[str, Any] = {"tag": tag, "directory": str(directory), "latest": latest}
     problems: list[str] = []
+    if hash_files:  # first: a changed file is named before it is parsed
+        integrity, damage = integrity_problems(directory)
+        problems += [f"damaged: {problem}" for problem in damage]
+        summary["integrity"] = integrity.value
     description: Description | None = None
     try:
         description = Description.read(directory)
@@ -82,9 +102,9 @@ def summarize(tag: str, directory: Path, latest: bool, trust_checkpoint: bool = 
     return summary
 
 
-def check_complete(directory: Path, trust_checkpoint: bool = False) -> None:
+def check_complete(directory: Path, trust_checkpoint: bool = False, hash_files: bool = True) -> None:
     """Raise one error naming what is missing, for commands that read a checkpoint's data."""
-    problems = summarize(directory.name, directory, False, trust_checkpoint)["problems"]
+    problems = summarize(directory.name, directory, False, trust_checkpoint, hash_files)["problems"]
     if problems:
         raise ZeroError(f"checkpoint {directory} is incomplete: {'; '.join(problems)}")
 

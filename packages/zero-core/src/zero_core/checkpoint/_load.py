@@ -28,9 +28,9 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
     # DeepSpeed's checkpoint: its import (_deepspeed.py)
     load_dir, tag = deepspeed_as_zero(Path(load_dir), tag, trust_checkpoint)
     tag, directory = resolve_tag(Path(load_dir), tag)
+    reader, metadata = open_verified(directory, trust_checkpoint, across_ranks=True)  # before anything is used
     description = Description.read(directory)
     rank = engine.global_rank
-    reader, metadata = open_verified(directory, trust_checkpoint)
     saved_keys = set(metadata.state_dict_metadata)
     training = _read_object(reader, "training", trust_checkpoint)
     if not isinstance(training, dict) or not isinstance(training.get("client_state"), dict):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from zero_plugins import ZeroError, read_config_text
 
+from ._manifest import write_manifest
 from ._tags import check_tag
 
 LATEST = "latest"
@@ -71,6 +72,7 @@ def prepare(save_dir: Path, tag: str) -> Path:
 def publish(save_dir: Path, tag: str, staging: Path, save_latest: bool) -> Path:
     """(Rank 0, after every rank has written) rename the staging directory to `tag`, then move `latest`."""
     final = save_dir / tag
+    write_manifest(staging)  # last: it records every file as written
     _fsync(staging)
     check_save_dir(save_dir, tag)  # again: another program may have made `<tag>` while the data was written
     old = None

@@ -27,6 +27,8 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from zero_plugins import ZeroError
 
+from ._errors import CheckpointError
+
 TRUST_HINT = ("if you trust where this checkpoint came from, pass trust_checkpoint=True (`--trust-checkpoint` on the "
               "command line), which runs what its pickles name")
 
@@ -76,18 +78,38 @@ class CheckpointReader(FileSystemReader):
         self.trust_checkpoint = trust_checkpoint
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        if self.trust_checkpoint:
-            return super().read_metadata(*args, **kwargs)
         path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as file:
-            metadata = MetadataUnpickler(cast(IO[bytes], file), f"{path}").load()
-        if not isinstance(metadata, Metadata):
-            raise ZeroError(f"{path} is not torch.distributed.checkpoint metadata (it holds a "
-                            f"{type(metadata).__name__})")
-        storage_meta = metadata.storage_meta or StorageMeta()  # as DCP's own read_metadata completes it
-        storage_meta.load_id = self.load_id
-        metadata.storage_meta = storage_meta
+        _check_inside(pathlib.Path(self.path), pathlib.Path(path), f"{path}", "is a link to")
+        if self.trust_checkpoint:
+            metadata = super().read_metadata(*args, **kwargs)
+        else:
+            with self.fs.create_stream(path, "rb") as file:
+                metadata = MetadataUnpickler(cast(IO[bytes], file), f"{path}").load()
+            if not isinstance(metadata, Metadata):
+                raise ZeroError(f"{path} is not torch.distributed.checkpoint metadata (it holds a "
+                                f"{type(metadata).__name__})")
+            storage_meta = metadata.storage_meta or StorageMeta()  # as DCP's own read_metadata completes it
+            storage_meta.load_id = self.load_id
+            metadata.storage_meta = storage_meta
+        # DCP reads each item from `<tag>/<relative_path>`: a path that leads elsewhere would load another file.
+        for index, info in (metadata.storage_data or {}).items():
+            relative = info.relative_path
+            if not isinstance(relative, (str, pathlib.PurePath)):
+                raise CheckpointError(f"{path} is damaged: the data of {index.fqn} has no file name (a "
+                                      f"{type(relative).__name__}); load an earlier tag, or save again")
+            _check_inside(pathlib.Path(self.path), pathlib.Path(self.path) / relative,
+                          f"{path} places the data of {index.fqn} at {str(relative)!r}, which",
+                          "leads to")
         return metadata
+
+
+def _check_inside(tag: pathlib.Path, path: pathlib.Path, what: str, verb: str) -> None:
+    """One CheckpointError unless `path` (links followed) lies in the tag directory `tag`."""
+    root, target = tag.resolve(), path.resolve()
+    if not target.is_relative_to(root) or target == root:  # an absolute path, `..`, or a link away
+        raise CheckpointError(f"{what} {verb} {target}, outside the checkpoint's directory {root}: it was not "
+                              "read; a checkpoint's files lie in its tag directory (load an earlier tag, or save "
+                              "again)")
 
 
 def save_object(value: Any) -> io.BytesIO:
