@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from zero_plugins import ZeroError, refuse_link, write_bytes_no_follow
+from zero_plugins import ZeroError, check_writable_directory, refuse_link, write_bytes_no_follow
 
 from ._export_swap import MANIFEST, MARKER, listed, publish, reclaim, stage, undo
 
@@ -38,11 +38,13 @@ class ExportDirectory:
         if path.exists() and not path.is_dir():
             raise ZeroError(f"export OUT {path} is a file, not a directory; pass a directory (it is created if "
                             "needed)")
+        _check_writable(path)
         self.path = path
-        self.staging = path
+        self._absolute = Path(os.path.abspath(path))  # OUT is renamed: "." or "x/.." must be a real name
+        self.staging = self._absolute  # until begin() makes the staging directory
         self.kept_config = False
         self._files: list[str] = []
-        reclaim(Path(os.path.abspath(path)))  # what an export into OUT that was killed left
+        reclaim(self._absolute)  # what an export into OUT that was killed left
         entries = {entry.name for entry in path.iterdir()} if path.is_dir() else set()
         self._earlier = listed(path / MANIFEST) if MANIFEST in entries else None
         self._others = entries - set(self._earlier or ()) - {MANIFEST, MARKER}
@@ -52,13 +54,13 @@ class ExportDirectory:
                             "(overwrite=True) to write into it, replacing only the files the export writes")
 
     def begin(self, files: list[str]) -> None:
-        """Make OUT, refuse a foreign weights file that `files` would not replace, remove the earlier export's rest."""
+        """Refuse a foreign weights file that `files` would not replace, then make the staging directory."""
         foreign_weights = sorted(name for name in self._others - set(files) if _WEIGHTS.fullmatch(name))
         if foreign_weights:
             raise ZeroError(f"export OUT {self.path} holds {_some(foreign_weights)}, not written by an export and not "
                             "replaced by this one, which from_pretrained would load beside the new weights; move it "
                             "away, or choose another directory")
-        self.staging = stage(Path(os.path.abspath(self.path)))
+        self.staging = stage(self._absolute)
         self.kept_config = CONFIG_FILE in self._others and CONFIG_FILE not in files
         self._files = files
 
@@ -66,12 +68,23 @@ class ExportDirectory:
         """List the files written, then swap the staging directory in as OUT."""
         manifest = {"written_by": "zero checkpoint export", "files": self._files}
         write_bytes_no_follow(self.staging / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-        publish(self.staging, Path(os.path.abspath(self.path)))
+        publish(self.staging, self._absolute)
 
     def abandon(self) -> None:
         """(An export that failed or was interrupted) OUT as it was, the staging directory removed."""
-        if self.staging != self.path:
-            undo(self.staging, Path(os.path.abspath(self.path)))
+        if self.staging != self._absolute:
+            undo(self.staging, self._absolute)
+
+
+def _check_writable(path: Path) -> None:
+    """One error naming OUT unless its staging directory can be made beside it (in the nearest directory that
+    exists, where parents are missing): a read-only location is refused before the checkpoint is read."""
+    existing = Path(os.path.abspath(path)).parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ZeroError(f"export OUT {path}: {existing} is not a directory; pass a path in a directory")
+    check_writable_directory(existing, "export OUT", given=path)
 
 
 def _some(names: set[str] | list[str]) -> str:
