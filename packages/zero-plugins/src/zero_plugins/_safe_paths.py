@@ -35,8 +35,10 @@ def is_link(path: str | os.PathLike[str]) -> bool:
     """Whether `path` itself is a symbolic link (a dangling one too), never following it."""
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there, or a file where a directory should be
         return False
+    except ValueError:
+        raise UnsafePathError(f"{os.fsdecode(path)!r}: a path cannot contain a NUL character") from None
 
 
 def refuse_link(path: str | os.PathLike[str], what: str, fix: str) -> None:

@@ -34,19 +34,23 @@ class ExportDirectory:
     to, `finish` lists them and swaps it in, `abandon` removes it."""
 
     def __init__(self, path: Path, overwrite: bool) -> None:
-        refuse_link(path, "export OUT", f"pass the directory it points to ({os.path.realpath(path)}), or another")
-        if path.exists() and not path.is_dir():
+        # OUT is renamed as a whole, so it must be a name: "." or "x/.." become the directory they name.
+        absolute = Path(os.path.abspath(path))
+        if not absolute.name:
+            raise ZeroError(f"export OUT {path} is the filesystem root; pass a directory inside it")
+        refuse_link(absolute, "export OUT", f"pass the directory it points to ({os.path.realpath(path)}), or another")
+        if absolute.exists() and not absolute.is_dir():
             raise ZeroError(f"export OUT {path} is a file, not a directory; pass a directory (it is created if "
                             "needed)")
-        _check_writable(path)
+        _check_writable(absolute, path)
         self.path = path
-        self._absolute = Path(os.path.abspath(path))  # OUT is renamed: "." or "x/.." must be a real name
-        self.staging = self._absolute  # until begin() makes the staging directory
+        self._absolute = absolute
+        self.staging = absolute  # until begin() makes the staging directory
         self.kept_config = False
         self._files: list[str] = []
-        reclaim(self._absolute)  # what an export into OUT that was killed left
-        entries = {entry.name for entry in path.iterdir()} if path.is_dir() else set()
-        self._earlier = listed(path / MANIFEST) if MANIFEST in entries else None
+        reclaim(absolute)  # what an export into OUT that was killed left
+        entries = {entry.name for entry in absolute.iterdir()} if absolute.is_dir() else set()
+        self._earlier = listed(absolute / MANIFEST) if MANIFEST in entries else None
         self._others = entries - set(self._earlier or ()) - {MANIFEST, MARKER}
         if self._earlier is None and self._others and not overwrite:
             raise ZeroError(f"export OUT {path} is not empty and was not written by an export (it holds "
@@ -76,15 +80,15 @@ class ExportDirectory:
             undo(self.staging, self._absolute)
 
 
-def _check_writable(path: Path) -> None:
+def _check_writable(absolute: Path, given: Path) -> None:
     """One error naming OUT unless its staging directory can be made beside it (in the nearest directory that
     exists, where parents are missing): a read-only location is refused before the checkpoint is read."""
-    existing = Path(os.path.abspath(path)).parent
+    existing = absolute.parent
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise ZeroError(f"export OUT {path}: {existing} is not a directory; pass a path in a directory")
-    check_writable_directory(existing, "export OUT", given=path)
+        raise ZeroError(f"export OUT {given}: {existing} is not a directory; pass a path in a directory")
+    check_writable_directory(existing, "export OUT", given=given)
 
 
 def _some(names: set[str] | list[str]) -> str:
