@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from zero_plugins import (
-    UnsafePathError,
-    is_link,
-    refuse_link,
-    remove_tree_we_made,
-    replace_file,
-    staged_file,
-    write_bytes_no_follow,
-)
+from zero_plugins import UnsafePathError, is_link, refuse_link, remove_tree_we_made, replace_file, staged_file
+from zero_plugins import write_bytes_no_follow
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from ._swap_slice import POOL_SHARE, budget_slice_numel, swap_slice_numel
 from ._output import CommandResult, format_table
 from ._safe_paths import (
     UnsafePathError,
+    fsync_path,
     is_link,
     refuse_link,
     remove_tree_we_made,
@@ -54,6 +55,7 @@ __all__ = [
     "json_integer",
     "read_config_text",
     "UnsafePathError",
+    "fsync_path",
     "is_link",
     "refuse_link",
     "remove_tree_we_made",

@@ -85,10 +85,10 @@ def staged_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterat
         if not stat.S_ISREG(os.lstat(fresh).st_mode):
             raise UnsafePathError(f"{fresh} is not a regular file after it was written; nothing was replaced")
         if durable:
-            _fsync(fresh, os.O_RDONLY)
+            fsync_path(fresh)
         os.replace(fresh, target)
         if durable:
-            _fsync(target.parent, os.O_RDONLY)
+            fsync_path(target.parent)
     finally:
         shutil.rmtree(private, ignore_errors=True)  # ours: mkdtemp made it, and nothing else can write into it
 
@@ -115,8 +115,9 @@ def remove_tree_we_made(path: str | os.PathLike[str], marker: str) -> bool:
     return True
 
 
-def _fsync(path: str | os.PathLike[str], flags: int) -> None:
-    fd = os.open(path, flags | _NO_FOLLOW)
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync a file or directory (a directory: so the renames and new names in it survive a crash), not through a link."""
+    fd = os.open(path, os.O_RDONLY | _NO_FOLLOW)
     try:
         os.fsync(fd)
     finally:

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import ZeroError, read_config_text, remove_tree_we_made, write_bytes_no_follow
+from zero_plugins import ZeroError, fsync_path, read_config_text, remove_tree_we_made, write_bytes_no_follow
 
 MARKER = ".zero-export-staging.json"
 MANIFEST = "zero_export.json"
@@ -71,14 +71,14 @@ def publish(staging: Path, out: Path) -> None:
     if _is_directory(out):
         os.chmod(staging, stat.S_IMODE(os.lstat(out).st_mode))
         _link_kept(out, staging, ours)
-        _fsync(staging)
+        fsync_path(staging)
         os.rename(out, aside)
     os.rename(staging, out)
-    _fsync(out.parent)
+    fsync_path(out.parent)
     if _is_directory(aside):
         clear_aside(aside, out)
     os.unlink(out / MARKER)
-    _fsync(out)
+    fsync_path(out)
 
 
 def undo(staging: Path, out: Path) -> None:
@@ -135,7 +135,7 @@ def _link_kept(out: Path, staging: Path, ours: set[str]) -> None:
             continue
         try:
             os.link(entry, staging / entry.name, follow_symlinks=False)
-        except OSError:
+        except (OSError, NotImplementedError):  # NotImplementedError: no linkat() for links on this platform
             continue
 
 
@@ -186,11 +186,3 @@ def _lstat(path: Path) -> os.stat_result | None:
         return os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-
-
-def _fsync(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
