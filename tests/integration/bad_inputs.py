@@ -10,8 +10,8 @@ problem must hold.
 
 In CLI and ENV, "{name}" stands for a file the test writes first (FILES: name -> its bytes; "dir" is a
 directory; SPECIAL_FILES are made by the test: "fifo" a named pipe, which blocks a plain read forever,
-and "oversized" a sparse file one byte over the 16 MiB a config file may hold). Add a case by adding a
-line; nothing else changes.
+"oversized" a sparse file one byte over the 16 MiB a config file may hold, "link" a symbolic link to
+the directory and "dangling" one to nothing). Add a case by adding a line; nothing else changes.
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ FILES: dict[str, bytes] = {
     "hf_too_many_params": b'{"model_type": "llama", "hidden_size": 1048576, "num_hidden_layers": 10000}',
 }
 # Made by the test itself (see the docstring); the names are used like FILES' ones.
-SPECIAL_FILES = ("fifo", "oversized")
+SPECIAL_FILES = ("fifo", "oversized", "link", "dangling")
 
 # load_config(source) for a source that is not a good ds_config: a file above ("file:NAME"), or an object.
 # The message must hold the word; for a file, its name too, unless the word is a key inside it.
@@ -307,6 +307,16 @@ CLI: list[tuple[list[str], str]] = [
     (["checkpoint", "export", "{dir}", "{binary}"], "is a file, not a directory"),
     (["checkpoint", "export", "{nosuch}", "{dir}"], "was not written by an export"),
     (["checkpoint", "import", "{nosuch}", "{dir}"], "nosuch"),
+    # export OUT: never a link, never the root, always somewhere a directory can be made (before reading CK)
+    (["checkpoint", "export", "{dir}", "{link}"], "{link} is a symbolic link (to {dir}); pass the directory"),
+    (["checkpoint", "export", "{dir}", "{dangling}"], "{dangling} is a symbolic link"),
+    (["checkpoint", "export", "{dir}", "/sys/zero-export"], "export OUT /sys/zero-export: cannot create a file"),
+    (["checkpoint", "export", "{dir}", "/proc/zero-export"], "export OUT /proc/zero-export: cannot create a file"),
+    (["checkpoint", "export", "{dir}", "/sys/kernel/zero/deeper/out"], "cannot create a file in /sys/kernel"),
+    (["checkpoint", "export", "{dir}", "{binary}/out"], "{binary} is not a directory"),
+    (["checkpoint", "export", "{dir}", "{binary}/deeper/out"], "{binary} is not a directory"),
+    (["checkpoint", "export", "{dir}", "/"], "is the filesystem root"),
+    (["checkpoint", "export", "{dir}", "{nosuch}/../../../../../../../../../../.."], "is the filesystem root"),
     (["checkpoint", "import", "{dir}", "{dir}", "--tag", "../x"], "'../x' is not a valid checkpoint tag"),
     (["checkpoint", "inspect", "{dir}"], "is not a checkpoint directory"),  # files only, no tag directories
     (["checkpoint", "inspect", "/etc"], "/etc is not a checkpoint directory"),  # directories, none a tag
@@ -335,6 +345,8 @@ CLI: list[tuple[list[str], str]] = [
     (["profile", "--model", "pythia-tiny", "--html", "{dir}"], "--html"),
     (["profile", "--model", "pythia-tiny", "--html", "{binary}/report.html"], "--html"),
     (["profile", "--model", "pythia-tiny", "--html", "/sys/report.html"], "--html"),  # sysfs: even root cannot
+    (["profile", "--model", "pythia-tiny", "--html", "{dangling}/report.html"], "--html"),  # its directory: a link to nothing
+    (["profile", "--model", "pythia-tiny", "--html", "{link}"], "is a directory"),  # a link to a directory
     # zero swap
     (["swap", "bench", "--path", "{nosuch}"], "--path"),
     (["swap", "bench", "--path", "{binary}"], "--path"),

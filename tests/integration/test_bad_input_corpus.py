@@ -37,6 +37,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     os.mkfifo(folder / "fifo")  # nothing ever writes to it: a read that waits for a writer never ends
     with open(folder / "oversized", "wb") as oversized:
         oversized.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no 16 MiB written
+    os.symlink(folder, folder / "link", target_is_directory=True)
+    os.symlink(folder / "nowhere", folder / "dangling")
     paths.update({name: str(folder / name) for name in SPECIAL_FILES})
     return paths
 

@@ -79,3 +79,19 @@ def test_a_failing_compiler_is_reported_with_where_to_look(run_python, tmp_path)
 def test_the_source_ships_inside_the_package():
     assert SOURCE.is_file() and SOURCE.parent.parent == Path(zero_pin.__file__).parent
     assert os.access(SOURCE, os.R_OK)
+
+
+def test_a_build_directory_that_is_a_link_is_refused_and_its_target_untouched(run_python, tmp_path):
+    # torch writes build.ninja and the library into the build directory: through a link they would land elsewhere.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    code = (
+        "import json, os, zero_pin\nfrom zero_pin._native_build import LOCKED_BLOCK_OP as op\n"
+        f"os.makedirs(os.environ['TORCH_EXTENSIONS_DIR']); os.symlink({str(outside)!r}, op.build_directory())\n"
+        "try:\n    op.load()\nexcept zero_pin.NativeBuildError as error:\n"
+        "    print(json.dumps([str(error), str(op.build_directory())]))\n"
+    )
+    message, directory = run_python(code, {"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}).data
+    assert message == (f"the native pin op's build directory {directory} is a symbolic link (to {outside}); remove "
+                       "the link (the op is rebuilt there), or set TORCH_EXTENSIONS_DIR to another directory")
+    assert os.listdir(outside) == []

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from zero_plugins import is_link
+
 from ._errors import NativeBuildError
 
 CSRC = Path(__file__).parent / "csrc"
@@ -135,6 +137,11 @@ class NativeOp:
             from torch.utils.cpp_extension import load
 
             directory = self.build_directory()
+            # torch writes build.ninja and the library there: a link would send those writes elsewhere
+            if is_link(directory):
+                raise NativeBuildError(f"{self.what}'s build directory {directory} is a symbolic link (to "
+                                       f"{os.readlink(directory)}); remove the link (the op is rebuilt there), or set "
+                                       "TORCH_EXTENSIONS_DIR to another directory")
             directory.mkdir(parents=True, exist_ok=True)
             try:
                 self._op = load(name=self.extension_name(), sources=[str(self.source)], extra_cflags=list(self.cflags),

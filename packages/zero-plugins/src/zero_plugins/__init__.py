@@ -21,6 +21,16 @@ from ._versions import installed_zero_distributions
 from ._registry import Checkable, NamedRegistry, Registration, Status
 from ._swap_slice import POOL_SHARE, budget_slice_numel, swap_slice_numel
 from ._output import CommandResult, format_table
+from ._safe_paths import (
+    UnsafePathError,
+    fsync_path,
+    is_link,
+    refuse_link,
+    remove_tree_we_made,
+    replace_file,
+    staged_file,
+    write_bytes_no_follow,
+)
 from ._user_files import (
     MAX_CONFIG_BYTES,
     ConfigFileError,
@@ -49,6 +59,14 @@ __all__ = [
     "check_writable_directory",
     "json_integer",
     "read_config_text",
+    "UnsafePathError",
+    "fsync_path",
+    "is_link",
+    "refuse_link",
+    "remove_tree_we_made",
+    "replace_file",
+    "staged_file",
+    "write_bytes_no_follow",
     "CommandResult",
     "CommandTable",
     "add_action_json_flag",

@@ -91,7 +91,7 @@ def check_output_path(path: str | os.PathLike[str], flag: str) -> None:
 
     Checked before a run, so a long run does not end in a traceback for a typo in its output path:
     the path is not a directory, its directory exists, and a file can be created there
-    (check_writable_directory), or the file exists and is writable.
+    (check_writable_directory), as the output replaces any file at the path (replace_file).
     """
     shown, text = _shown(path), os.fsdecode(path)
     if not text:
@@ -105,10 +105,8 @@ def check_output_path(path: str | os.PathLike[str], flag: str) -> None:
     if not parent.is_dir():
         problem = "is not a directory" if parent.exists() else "does not exist; create that directory first"
         raise OutputPathError(f"{flag} {shown}: {_shown(parent)} {problem}")
-    if target.exists():  # overwritten in place: its directory need not be writable
-        if not os.access(target, os.W_OK):
-            raise OutputPathError(f"{flag} {shown}: the file exists and cannot be written (permission denied)")
-        return
+    # Even an existing file is replaced by a new one (replace_file: never written through a link), so it is
+    # the directory that must take a new file.
     check_writable_directory(parent, flag, given=path)
 
 

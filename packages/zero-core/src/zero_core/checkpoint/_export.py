@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from zero_plugins import ZeroError, read_config_text
+from zero_plugins import ZeroError, read_config_text, write_bytes_no_follow
 
 from ._export_dir import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, ExportDirectory
 from ._inspect import check_complete
@@ -65,8 +65,6 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, tag: str 
     """Write `tag` of `checkpoint_dir` (default: the one `latest` names) to `out_dir` for `from_pretrained`;
     returns what was written. Files of an earlier export in `out_dir` are replaced; another non-empty
     `out_dir` is refused unless `overwrite`."""
-    from safetensors.torch import save_file  # only the export needs it; `zero` itself starts without it
-
     if dtype not in DTYPES:
         raise ZeroError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     target = DTYPES[dtype]
@@ -83,24 +81,19 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, tag: str 
                                                     for k in range(1, len(shards) + 1)]
     has_config = (checkpoint.directory / CONFIG_FILE).is_file()
     out.begin([*files, *([INDEX_FILE] if len(shards) > 1 else []), *([CONFIG_FILE] if has_config else [])])
-    done = 0
-    for file, names in zip(files, shards):
-        shard: dict[str, torch.Tensor] = {}  # rebinding frees the previous shard before this one is read
-        for name in names:
-            shard[name] = checkpoint.fp32_weight(name).to(target)
-            done += 1
-            if progress is not None:
-                progress(done, len(params), name)
-        save_file(shard, str(out.path / file), metadata={"format": "pt"})
-    total = sum(sizes.values())
-    if len(shards) > 1:
-        weight_map = {name: file for file, names in zip(files, shards) for name in names}
-        (out.path / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
-                                                 indent=2) + "\n", encoding="utf-8")
-    config = _copy_config(checkpoint.directory, out.path, target)
-    out.finish()
+    try:  # into the staging directory: OUT changes only in finish(), whole
+        _write_shards(checkpoint, out.staging, files, shards, target, progress)
+        if len(shards) > 1:
+            weight_map = {name: file for file, names in zip(files, shards) for name in names}
+            index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+            write_bytes_no_follow(out.staging / INDEX_FILE, (json.dumps(index, indent=2) + "\n").encode())
+        config = _copy_config(checkpoint.directory, out.staging, target)
+        out.finish()
+    except BaseException:  # Ctrl-C too: OUT stays the earlier export
+        out.abandon()
+        raise
     return {"checkpoint": str(checkpoint.directory), "tag": checkpoint.tag, "out": str(out.path), "dtype": dtype,
-            "files": files, "tensors": len(params), "bytes": total, "config": config,
+            "files": files, "tensors": len(params), "bytes": sum(sizes.values()), "config": config,
             "kept": out.kept_config}
 
 
@@ -117,5 +110,21 @@ def _copy_config(directory: Path, out: Path, dtype: torch.dtype) -> bool:
     config["dtype"] = str(dtype).removeprefix("torch.")
     if "torch_dtype" in config:  # the key's older name, which older transformers read
         config["torch_dtype"] = config["dtype"]
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    write_bytes_no_follow(out / CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
     return True
+
+
+def _write_shards(checkpoint: SavedCheckpoint, directory: Path, files: list[str], shards: list[list[str]],
+                  target: torch.dtype, progress: Progress | None) -> None:
+    """Each shard's tensors read one at a time and written to `directory` as soon as the shard is full."""
+    from safetensors.torch import save_file  # only the export needs it; `zero` itself starts without it
+
+    done, count = 0, sum(len(names) for names in shards)
+    for file, names in zip(files, shards):
+        shard: dict[str, torch.Tensor] = {}  # rebinding frees the previous shard before this one is read
+        for name in names:
+            shard[name] = checkpoint.fp32_weight(name).to(target)
+            done += 1
+            if progress is not None:
+                progress(done, count, name)
+        save_file(shard, str(directory / file), metadata={"format": "pt"})

@@ -23,7 +23,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from zero_plugins import ZeroError, read_config_text
+from zero_plugins import ZeroError, read_config_text, refuse_link, write_bytes_no_follow
 
 from ._manifest import write_manifest
 from ._tags import check_tag
@@ -42,6 +42,9 @@ def check_save_dir(save_dir: Path, tag: str) -> None:
     if save_dir.exists() and not save_dir.is_dir():
         raise ZeroError(f"checkpoint directory {save_dir} is a file, not a directory; pass a directory")
     final = save_dir / tag
+    # A link is refused before any data is written: publishing renames onto `<tag>`, and a link there would
+    # make the rename fail after the data was written, or replace a checkpoint the link points to.
+    refuse_link(final, "checkpoint tag path", "move the link away, or pass another tag")
     if final.exists() and not (final / DESCRIPTION).is_file():
         raise ZeroError(f"{final} exists and is not a zero checkpoint, so it is not replaced; "
                         "pass another tag, or move it away")
@@ -155,11 +158,9 @@ def list_tags(load_dir: Path) -> list[str]:
 
 
 def write_durably(path: Path, text: str) -> None:
-    """Write a small text file and fsync it before it is renamed or published."""
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
+    """Write a small text file in a directory the save made, never through a link, and fsync it before it is
+    renamed or published."""
+    write_bytes_no_follow(path, text.encode("utf-8"))
 
 
 def _fsync(directory: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import torch
-from zero_plugins import ZeroError
+from zero_plugins import ZeroError, staged_file
 
 from ..checkpoint import AsyncSaver
 from ..sharding import StagePolicy, TrainingPasses, ZeroOptimizer
@@ -103,7 +103,8 @@ class DeepSpeedCalls:
         state = self._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=exclude_frozen_parameters)
         if state is not None:
             Path(save_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(state, Path(save_dir) / save_filename)
+            with staged_file(Path(save_dir) / save_filename) as fresh:  # a link there is replaced, not written through
+                torch.save(state, fresh)
         return True
 
     def offload_states(self, include: Iterable[object] | None = None, device: object = "cpu", *,

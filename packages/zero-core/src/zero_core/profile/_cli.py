@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import AttentionKind, CommandResult, ZeroError, check_output_path
+from zero_plugins import AttentionKind, CommandResult, ZeroError, check_output_path, replace_file
 
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
@@ -48,7 +48,7 @@ def profile_command(args: argparse.Namespace) -> CommandResult:
     request = request_from_args(args)
     report = run_profile(request)
     if args.html:
-        Path(args.html).write_text(profile_html(report), encoding="utf-8")
+        replace_file(args.html, profile_html(report).encode("utf-8"))  # a link at --html is replaced, not followed
     text = profile_text(report) + (f"\nwrote {args.html}" if args.html else "")
     return CommandResult(report, text)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
+from zero_plugins import replace_file, staged_file
 
 from ..checkpoint import SavedCheckpoint, parse_size, plan_shards
 
@@ -82,8 +83,8 @@ def convert_zero_checkpoint_to_fp32_state_dict(checkpoint_dir: str | os.PathLike
         _write(shard, out / file, safe_serialization)
     if len(shards) > 1:
         index = {"metadata": {"total_size": sum(all_sizes.values())}, "weight_map": weight_map}
-        (out / f"{stem}.{extension}.index.json").write_text(
-            json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        replace_file(out / f"{stem}.{extension}.index.json",
+                     (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
 
 
 def load_state_dict_from_zero_checkpoint(model: ModuleT, checkpoint_dir: str | os.PathLike[str],
@@ -102,9 +103,11 @@ def _parameter_names(checkpoint: SavedCheckpoint, exclude_frozen_parameters: boo
 
 
 def _write(shard: dict[str, torch.Tensor], path: Path, safe_serialization: bool) -> None:
-    if safe_serialization:
-        from safetensors.torch import save_file  # only this format needs it
+    """Replace `path` with the shard, whole; a link there (a snapshot's file) is replaced, never written through."""
+    with staged_file(path) as fresh:
+        if safe_serialization:
+            from safetensors.torch import save_file  # only this format needs it
 
-        save_file({name: value.contiguous() for name, value in shard.items()}, str(path), metadata={"format": "pt"})
-    else:
-        torch.save(shard, path)
+            save_file({name: value.contiguous() for name, value in shard.items()}, str(fresh), metadata={"format": "pt"})
+        else:
+            torch.save(shard, fresh)
