@@ -84,6 +84,8 @@ _SCHEMA: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
     "tied": (False, lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(n, str)
                                                           for k, n in v.items()),
              "an object of tied name -> the parameter name it is saved under"),
+    "optimizer_type": (False, lambda v: v is None or (isinstance(v, str) and bool(v)),
+                       "the optimizer's class name (a string), or null"),
 }
 
 

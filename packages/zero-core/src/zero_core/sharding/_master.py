@@ -71,6 +71,10 @@ class MasterParams:
         self.ranges = ranges
         self._flat = flat
         self._home = home
+        # Each tensor's write-back target, resolved here once: the home of the compute-dtype elements it updates,
+        # or None where nothing is written (a view: the step updated the parameters; or gathers cast the master).
+        self._write_back_to: list[Home | None] = [
+            None if home is None or flat.cast_from_master(index) else flat.home(index) for index in range(len(tensors))]
         self._sub_group_numel = sub_group_numel
         # What the optimizer steps: the tensors themselves, or their sub-group views (see _sub_groups.py).
         self.optimizer_params = list(tensors) if sub_group_numel is None else sub_group_views(tensors, sub_group_numel)
@@ -109,10 +113,11 @@ class MasterParams:
 
     def write_back_one(self, index: int) -> None:
         """Copy master tensor `index` into the compute-dtype parameters it updates."""
-        if self._home is None or self._flat.cast_from_master(index):
-            return  # a view (the step updated the parameters themselves), or gathers cast the master
+        target, source = self._write_back_to[index], self._home
+        if target is None or source is None:
+            return
         lo, hi = self.ranges[index]
-        self._flat.home(index).copy_from(self._flat.owned(index, lo, hi), self.tensors[index], self._home)
+        target.copy_from(self._flat.owned(index, lo, hi), self.tensors[index], source)
         self._flat.commit(index)
 
     def step_one_tensor(self, optimizer: torch.optim.Optimizer, group_index: int, index: int,

@@ -1,4 +1,4 @@
-"""Where the fp32 master and the optimizer state live, and so how the step runs: chosen once per run.
+"""Where the fp32 master and the optimizer state live, and so how the step runs: one stepper per placement.
 
 The step runs where the optimizer state lives. On the device the master is a view of fp32
 parameters (`ViewMasters`) or a copy (`InMemoryMasters`); at an offload device a copy in
@@ -6,12 +6,14 @@ host memory (`InMemoryMasters`) or in swap space (`SwappedMasters`). The placeme
 step granularity says whether torch's optimizer steps every group in one call (stages 0-2
 on the device) or `sub_group_size` elements at a time, never across a unit (stage 3, and
 every offloaded step), which bounds its temporaries.
-The builders ask the chosen `MasterHome` for each copy and for the assembled `Master`.
+The builders ask the chosen `MasterHome` for each copy and for the assembled `Master`; at the step it
+owns the whole path, load-grads -> step -> write-back (`step`).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from zero_plugins import Category
@@ -22,6 +24,9 @@ from ._master import Master, MasterParams
 from ._storage import FlatStorage
 from ._swap_pool import SwappedTensor, SwapPool
 from ._swapped_master import SwappedMaster
+
+if TYPE_CHECKING:
+    from ._groups import ShardedGroup
 
 MasterCopy = torch.Tensor | SwappedTensor
 # Writes the owned elements from the given one on into a zeroed tensor (as many as it holds) and returns it.
@@ -38,9 +43,24 @@ class MasterHome(ABC):
                  flat: FlatStorage) -> MasterParams | SwappedMaster:
         """One param group's master over `flat`'s layouts, from the copies made for them."""
 
+    def step(self, optimizer: torch.optim.Optimizer, groups: Sequence[ShardedGroup], inverse_scale: float) -> None:
+        """One step of every param group, owned here from end to end: each group's gradients loaded into its
+        master (times `inverse_scale`, the unscale and the clip in one), the optimizer stepped where the state
+        lives, the gradients freed and the master written back into the parameters."""
+        for group in groups:
+            # The last group's `owned` views keep its buckets alive until the step returns, as the ledger's and
+            # zero-estimate's figures for the step expect (a released bucket's memory is freed otherwise).
+            owned = [group.grads.owned(index) for index in range(len(group.grads))]
+            group.master.load_grads(group.grads.for_step(owned, inverse_scale))
+        self.step_masters(optimizer, [group.master for group in groups])
+        for group in groups:
+            group.master.clear_grads()
+            group.grads.release()  # zeroed for the next accumulation, or freed
+            group.master.write_back()
+
     @abstractmethod
-    def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
-        """One step of every param group."""
+    def step_masters(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
+        """The optimizer's step of every param group's master, its gradients loaded."""
 
     @abstractmethod
     def count_state(self, optimizer: torch.optim.Optimizer, ledger: MemoryLedger) -> None:
@@ -65,7 +85,7 @@ class InMemoryMasters(MasterHome):
         return MasterParams([_in_memory(copy) for copy in copies], ranges, flat, self.home,
                             sub_group_numel=self.sub_group_numel)
 
-    def step(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
+    def step_masters(self, optimizer: torch.optim.Optimizer, masters: Sequence[Master]) -> None:
         if self.sub_group_numel is None:
             optimizer.step()
             return

@@ -127,17 +127,8 @@ class ZeroOptimizer:
             clip = (self._global_grad_norm + 1e-6) / self.gradient_clipping
             if clip > 1:
                 combined *= clip
-        for group in self.groups:
-            # The last group's `owned` views keep its buckets alive until the step returns, as the ledger's and
-            # zero-estimate's figures for the step expect (a released bucket's memory is freed otherwise).
-            owned = [group.grads.owned(index) for index in range(len(group.grads))]
-            group.master.load_grads(group.grads.for_step(owned, 1.0 / combined))
         self._update_begun = True
-        self._homes.masters.step(self.optimizer, [group.master for group in self.groups])
-        for group in self.groups:
-            group.master.clear_grads()
-            group.grads.release()  # zeroed for the next accumulation, or freed
-            group.master.write_back()
+        self._homes.masters.step(self.optimizer, self.groups, 1.0 / combined)  # the placement's stepper
         self._homes.synchronize()
         return self._after_update()
 
