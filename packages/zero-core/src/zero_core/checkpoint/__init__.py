@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ._arguments import add_checkpoint_arguments as add_checkpoint_arguments
     from ._async import AsyncSaver as AsyncSaver
     from ._cli import checkpoint_command as checkpoint_command
+    from ._errors import CheckpointError as CheckpointError
     from ._export import (
         export_checkpoint as export_checkpoint,
         parse_size as parse_size,

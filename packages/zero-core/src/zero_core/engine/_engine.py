@@ -10,7 +10,7 @@ import torch
 from zero_plugins import ZeroError
 
 from ..accelerator import get_accelerator, pinned_stats
-from ..comm import Collectives
+from ..comm import Collectives, RankProgress
 from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, Homes, StagePolicy, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
@@ -86,6 +86,11 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._trainable = TrainableSet(parts.module)
         self._losses = LossWatch()
         self._pinning = PinningPerStep()
+
+    @property
+    def progress(self) -> RankProgress:
+        """Where this rank is, posted for its peers: a peer whose collective fails names it."""
+        return self._comm.progress
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -291,14 +296,17 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
     def destroy(self) -> None:
         """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model, and release
-        what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished."""
+        what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished; a save
+        that failed is raised (CheckpointError) after all of that, so a new engine can wrap the model."""
         self._order.destroyed = True
         self.module.__dict__.pop(WRAPPED_ATTRIBUTE, None)  # the model may be wrapped again
-        self._saver.wait()
-        self._reducer.remove_hooks()
-        self._passes.remove_hooks()
-        self._homes.close()
-        self._pinning.close()
+        try:
+            self._saver.wait()  # a failed asynchronous save is raised once the model is free of the engine
+        finally:
+            self._reducer.remove_hooks()
+            self._passes.remove_hooks()
+            self._homes.close()
+            self._pinning.close()
 
     def __getattr__(self, name: str) -> Any:
         try:
