@@ -61,6 +61,8 @@ def rank_zero_outcome(work: Callable[[], str], rank: int, progress: RankProgress
         with guarded("save_checkpoint's broadcast from rank 0", progress):
             dist.broadcast_object_list(outcome, src=0, group=group)  # also a barrier: rank 0 acts first
     result, failure = outcome
+    if isinstance(raised, CheckpointError):
+        raise raised
     if failure is not None:
         raise CheckpointError(failure if rank == 0 else f"rank 0: {failure}") from raised
     return str(result)

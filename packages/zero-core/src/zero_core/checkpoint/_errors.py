@@ -9,6 +9,8 @@ bytes the save needed and the bytes it had written.
 from __future__ import annotations
 
 import errno
+import os
+import resource
 from pathlib import Path
 
 from zero_plugins import ZeroError
@@ -36,19 +38,37 @@ def root_cause(error: BaseException) -> tuple[int | None, BaseException]:
 
 def save_failed(tag: str, staging: Path, error: BaseException, needed: int) -> CheckpointError:
     """The error a failed save raises: the tag, where it was writing, why, and for a full disk or a size limit
-    the bytes needed against the bytes written. `needed` is this rank's tensor bytes."""
+    the bytes needed against the bytes written. `needed` is this rank's bytes."""
     rank, cause = root_cause(error)
-    code = cause.errno if isinstance(cause, OSError) else None
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     on = "" if rank is None else f"rank {rank}: "
-    if code in _SPACE:
+    space = _out_of_space(cause, staging, needed)
+    if space is not None:
         where = getattr(cause, "filename", None) or staging
-        why = (f"{on}{_SPACE[code]} writing {where}: the save needed about {needed:,} bytes on this rank and had "
-               f"written {_written(staging):,} in {staging}; free space (or raise the limit) and save again")
+        said = "" if isinstance(cause, OSError) else f" (torch reported it as {type(cause).__name__}: {text})"
+        why = (f"{on}{space} writing {where}: the save needed about {needed:,} bytes on this rank and had written "
+               f"{_written(staging):,} in {staging}{said}; free space (or raise the limit) and save again")
     else:
         why = f"{on}{type(cause).__name__}: {text}"
     return CheckpointError(f"save_checkpoint: tag {tag!r} was not saved: {why}. Nothing was published: `latest` "
                            "and the checkpoints already there are as they were")
+
+
+def _out_of_space(cause: BaseException, staging: Path, needed: int) -> str | None:
+    """Why a write failed for lack of room, or None. torch's own serializer reports a short write as a
+    RuntimeError ("unexpected pos"), losing the errno, so the limits themselves are looked at too."""
+    code = cause.errno if isinstance(cause, OSError) else None
+    if code in _SPACE:
+        return _SPACE[code]
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        return f"a file reached the size limit (EFBIG: ulimit -f / RLIMIT_FSIZE is {limit:,} bytes)"
+    try:
+        stat = os.statvfs(staging if staging.is_dir() else staging.parent)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    return f"the disk is full (ENOSPC: {free:,} bytes free)" if free < needed else None
 
 
 def _written(staging: Path) -> int:

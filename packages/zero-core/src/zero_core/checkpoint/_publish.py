@@ -98,7 +98,8 @@ def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
         tag = latest_tag(pointer)
     else:
         check_tag(tag, "tag")
-    directory = tag_directory(load_dir, tag)
+    # twice: a save replacing the tag may have removed the old copy between the two looks of the first
+    directory = tag_directory(load_dir, tag) or tag_directory(load_dir, tag)
     if directory is None:
         raise ZeroError(f"checkpoint tag {tag!r} is not in {load_dir} (tags there: "
                         f"{', '.join(list_tags(load_dir)) or 'none'})")

@@ -17,5 +17,5 @@ from ._progress import RankProgress
 from ._timeout import TIMEOUT_ENV, collective_timeout
 
 __all__ = ["TIMEOUT_ENV", "CollectiveFailed", "Collectives", "RankMismatch", "RankProgress", "ReduceOp", "Work",
-           "all_reduce", "barrier", "collective_timeout", "ensure_process_group", "get_local_rank", "get_rank", "get_world_size",
-           "guarded", "init_distributed", "is_fake_group", "is_initialized"]
+           "all_reduce", "barrier", "collective_timeout", "ensure_process_group", "get_local_rank", "get_rank",
+           "get_world_size", "guarded", "init_distributed", "is_fake_group", "is_initialized"]
