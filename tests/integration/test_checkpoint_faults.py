@@ -163,24 +163,13 @@ def test_a_tag_loaded_while_another_process_resaves_it_loads_whole_or_says_so(tm
 
 # --- a rank killed during a save ---
 
-class Wide(torch.nn.Module):
-    """Large enough (12.6M parameters) that rank 1 can be killed while the save writes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(2048, 2048) for _ in range(3))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x.pow(2).mean()
-
-
 def _save_wide(rank: int, world_size: int, save_dir: str, async_save: bool) -> None:
     import zero_core
 
-    engine, _, _, _ = zero_core.initialize(model=Wide(), config=CONFIG)
-    engine.backward(engine(torch.randn(2, 2048)))
+    # 12.6M parameters: rank 1 can be killed while the save writes
+    engine, _, _, _ = zero_core.initialize(model=torch.nn.Sequential(*(torch.nn.Linear(2048, 2048) for _ in range(3))),
+                                           config=CONFIG)
+    engine.backward(engine(torch.randn(2, 2048)).pow(2).mean())
     engine.step()
     engine.save_checkpoint(save_dir, tag="killed", async_save=async_save)
     engine.wait_for_checkpoint()
@@ -278,3 +267,13 @@ def test_a_dead_owners_lock_is_taken_over_and_its_marked_staging_reclaimed(engin
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".zero-staging-0123456789ab-2", ".zero-staging-ba9876543210-1", ".zero-staging-ba9876543210-1.owner", "a",
         "latest"]  # unmarked (or wrongly marked) directories stay; the lock is released
+
+
+def test_a_save_right_after_an_asynchronous_one_waits_for_its_lock(engine: Any, tmp_path: Path) -> None:
+    engine.save_checkpoint(tmp_path, tag="a", async_save=True)
+    assert engine.save_checkpoint(tmp_path, tag="b") == str(tmp_path / "b")  # not refused by a's lock
+    engine.save_checkpoint(tmp_path, tag="c", async_save=True)
+    engine.save_checkpoint(tmp_path, tag="d", async_save=True)
+    assert engine.wait_for_checkpoint() == str(tmp_path / "d")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c", "d", "latest"]
+    assert (tmp_path / "latest").read_text() == "d"

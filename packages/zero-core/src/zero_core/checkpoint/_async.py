@@ -44,9 +44,14 @@ class AsyncSaver:
         self.last: Path | None = None  # the directory the last finished save published
 
     def start(self, pending: PendingSave) -> None:
-        self.wait()
+        """Write `pending` on a thread; the caller has waited for the previous save (`wait()`)."""
         if self._group is None:
-            self._group = dist.new_group(backend="gloo")  # collective: every rank is in save_checkpoint now
+            try:
+                self._group = dist.new_group(backend="gloo")  # collective: every rank is in save_checkpoint now
+            except BaseException:
+                if pending.owned is not None:
+                    pending.owned.close()
+                raise
         self._snapshot = threading.Event()
         self._tag = pending.tag
         atexit.register(self._at_exit)

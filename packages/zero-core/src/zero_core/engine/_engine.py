@@ -253,11 +253,11 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         from ..checkpoint import begin_save, write_save
 
         self._order.check_states_present("save_checkpoint")
+        self._saver.wait()  # first: the running save holds its save_dir's lock until it is published
         pending = begin_save(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters)
         if async_save:
             self._saver.start(pending)
             return str(pending.save_dir / pending.tag)
-        self._saver.wait()
         return str(write_save(pending))
 
     def wait_for_checkpoint(self) -> str | None:
