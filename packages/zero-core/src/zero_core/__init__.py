@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         set_accelerator as set_accelerator,
     )
     from .checkpoint import (
+        CheckpointError as CheckpointError,
         get_fp32_state_dict_from_zero_checkpoint as get_fp32_state_dict_from_zero_checkpoint,
     )
     from .comm import CollectiveFailed as CollectiveFailed, init_distributed as init_distributed

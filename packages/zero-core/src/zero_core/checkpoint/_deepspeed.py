@@ -83,8 +83,11 @@ def import_deepspeed_checkpoint(source: str | Path, out_dir: str | Path, tag: st
     check_save_dir(out, tag)  # before the DeepSpeed files are read
     checkpoint = DeepSpeedCheckpoint(directory, trust_checkpoint)
     staging = prepare(out, tag)
-    write_checkpoint(checkpoint, staging, tag)
-    return publish(out, tag, staging, save_latest)
+    try:
+        write_checkpoint(checkpoint, staging.path, tag)
+        return publish(out, tag, staging.path, save_latest)
+    finally:
+        staging.close()  # removes what a failed import wrote, and the save_dir's lock
 
 
 def write_checkpoint(checkpoint: DeepSpeedCheckpoint, directory: Path, tag: str) -> Description:

@@ -1,7 +1,15 @@
-"""engine.load_checkpoint: read any zero checkpoint into this engine, whatever world size and stage saved it."""
+"""engine.load_checkpoint: read any zero checkpoint into this engine, whatever world size and stage saved it.
+
+A save of the same tag may publish while this reads (another process re-saving it): publishing renames the
+old directory away and the new one into place, so a reader's later opens would reach the new files. The
+tag directory's identity (device, inode) is taken when the tag is resolved and compared after the read and
+on any failure: a changed or vanished directory is a CheckpointError saying to load again, never a raw
+error or a mix of two saves.
+"""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +17,7 @@ from torch.distributed.checkpoint.state_dict_loader import load
 from zero_plugins import ZeroError
 
 from ._deepspeed_resume import deepspeed_as_zero
+from ._errors import CheckpointError
 from ._describe import Description, check_model
 from ._entries import add_model, add_optimizer, keep_loaded_casts
 from ._optimizer_type import check_optimizer_type
@@ -28,6 +37,21 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
     # DeepSpeed's checkpoint: its import (_deepspeed.py)
     load_dir, tag = deepspeed_as_zero(Path(load_dir), tag, trust_checkpoint)
     tag, directory = resolve_tag(Path(load_dir), tag)
+    identity = _identity(directory)
+    try:
+        loaded = _load(engine, directory, load_module_strict, load_optimizer_states, load_lr_scheduler_states,
+                       load_module_only, trust_checkpoint)
+    except BaseException as error:  # DCP's CheckpointException is a BaseException
+        if _identity(directory) != identity:
+            raise _replaced(tag, directory) from error
+        raise
+    if _identity(directory) != identity:
+        raise _replaced(tag, directory)
+    return loaded
+
+
+def _load(engine: TrainingEngine, directory: Path, load_module_strict: bool, load_optimizer_states: bool,
+          load_lr_scheduler_states: bool, load_module_only: bool, trust_checkpoint: bool) -> tuple[str, dict[str, Any]]:
     reader, metadata = open_verified(directory, trust_checkpoint, across_ranks=True)  # before anything is used
     description = Description.read(directory)
     rank = engine.global_rank
@@ -60,6 +84,19 @@ def load_checkpoint(engine: TrainingEngine, load_dir: str | Path, tag: str | Non
         if rng_key in saved_keys:  # an imported DeepSpeed checkpoint has none
             restore_rng(_read_object(reader, rng_key, trust_checkpoint))
     return str(directory), dict(training["client_state"])
+
+
+def _identity(directory: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(directory)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _replaced(tag: str, directory: Path) -> CheckpointError:
+    return CheckpointError(f"checkpoint tag {tag!r} ({directory}) was replaced by another save while it was being "
+                           "loaded; what was read is not one checkpoint. Load again (or load another tag)")
 
 
 def _read_object(reader: CheckpointReader, key: str, trust_checkpoint: bool) -> Any:

@@ -5,9 +5,9 @@ A save writes into a staging directory of its own, `<save_dir>/.zero-staging-<ru
 digits, one per saving process; `n`: the save's number in it), makes every file durable (DCP fsyncs its
 files; the description and the directories are fsynced here), then renames the directory to `<tag>` and
 only then moves `latest` (written to `<staging>.latest`, fsynced, renamed). A save killed at any moment
-leaves the previous checkpoint and `latest` as they were; its staging directory is removed by the next
-save of another process. Only names of that exact shape are ever cleaned: another program's `.x.tmp`
-is never touched.
+leaves the previous checkpoint and `latest` as they were. One save at a time writes into a save_dir (its
+lock, _lock.py), and the next save removes the staging directories that failed ones left, only those their
+markers name (_staging.py): another program's `.x.tmp` is never touched.
 
 Replacing an existing tag renames the old one to `.zero-replaced-<run>-<n>` first, so a kill between the
 two renames leaves it loadable (`tag_directory` finds it by the tag its description names). An existing
@@ -25,7 +25,9 @@ from pathlib import Path
 
 from zero_plugins import ZeroError, read_config_text, refuse_link, write_bytes_no_follow
 
+from ._errors import CheckpointError
 from ._manifest import write_manifest
+from ._staging import Staging
 from ._tags import check_tag
 
 LATEST = "latest"
@@ -54,27 +56,20 @@ def check_save_dir(save_dir: Path, tag: str) -> None:
                         "away, or pass save_latest=False")
 
 
-def prepare(save_dir: Path, tag: str) -> Path:
-    """(Rank 0) check `save_dir`, remove what killed saves of other processes left, and make an empty staging
-    directory; returns it."""
+def prepare(save_dir: Path, tag: str) -> Staging:
+    """(Rank 0) check `save_dir`, lock it, remove what failed saves left, and make an empty staging directory;
+    its `close()` ends the save (published or not) and releases the lock."""
     check_save_dir(save_dir, tag)
     save_dir.mkdir(parents=True, exist_ok=True)
-    for leftover in save_dir.iterdir():
-        match = _OWNED.fullmatch(leftover.name)
-        if match is None or match.group(2) == _RUN or match.group(1) == "replaced":
-            continue  # not ours, this process's own (an async save may be writing it), or a tag's only copy
-        if leftover.is_dir() and not leftover.is_symlink():
-            shutil.rmtree(leftover, ignore_errors=True)
-        else:
-            leftover.unlink(missing_ok=True)
-    staging = save_dir / f"{_STAGING_PREFIX}{_RUN}-{next(_SAVES)}"
-    staging.mkdir()
-    return staging
+    return Staging.begin(save_dir, f"{_STAGING_PREFIX}{_RUN}-{next(_SAVES)}", _RUN)
 
 
 def publish(save_dir: Path, tag: str, staging: Path, save_latest: bool) -> Path:
     """(Rank 0, after every rank has written) rename the staging directory to `tag`, then move `latest`."""
     final = save_dir / tag
+    if not (staging / DESCRIPTION).is_file():  # never publish a directory another program emptied
+        raise CheckpointError(f"save_checkpoint: {staging} lost its {DESCRIPTION} before it was published as "
+                              f"{tag!r} (removed by another program?); nothing was published, save again")
     write_manifest(staging)  # last: it records every file as written
     _fsync(staging)
     check_save_dir(save_dir, tag)  # again: another program may have made `<tag>` while the data was written
@@ -108,7 +103,8 @@ def resolve_tag(load_dir: Path, tag: str | None) -> tuple[str, Path]:
         tag = latest_tag(pointer)
     else:
         check_tag(tag, "tag")
-    directory = tag_directory(load_dir, tag)
+    # twice: a save replacing the tag may have removed the old copy between the two looks of the first
+    directory = tag_directory(load_dir, tag) or tag_directory(load_dir, tag)
     if directory is None:
         raise ZeroError(f"checkpoint tag {tag!r} is not in {load_dir} (tags there: "
                         f"{', '.join(list_tags(load_dir)) or 'none'})")

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from zero_plugins.ds_config import ZeroConfig
+from ..comm import RankProgress
 from ..sharding import StagePolicy, SwappedMaster, ZeroOptimizer
 from ._storable import check_client_state, check_engine_state
 
@@ -34,6 +35,10 @@ class TrainingEngine(Protocol):
     global_samples: int
     micro_steps: int
     skipped_steps: int
+
+    @property
+    def progress(self) -> RankProgress:
+        """Where this rank is (posted for its peers): a save's failed collective names the peer it lost."""
 
 
 def training_state(engine: TrainingEngine, client_state: Any) -> dict[str, Any]:

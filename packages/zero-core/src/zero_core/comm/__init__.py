@@ -11,10 +11,11 @@ from ._deepspeed_api import (
     get_world_size,
     is_initialized,
 )
-from ._failure import CollectiveFailed, RankMismatch
+from ._failure import CollectiveFailed, RankMismatch, guarded
 from ._process_group import ensure_process_group, init_distributed, is_fake_group
+from ._progress import RankProgress
 from ._timeout import TIMEOUT_ENV, collective_timeout
 
-__all__ = ["TIMEOUT_ENV", "CollectiveFailed", "Collectives", "RankMismatch", "ReduceOp", "Work", "all_reduce", "barrier",
-           "collective_timeout", "ensure_process_group", "get_local_rank", "get_rank", "get_world_size",
-           "init_distributed", "is_fake_group", "is_initialized"]
+__all__ = ["TIMEOUT_ENV", "CollectiveFailed", "Collectives", "RankMismatch", "RankProgress", "ReduceOp", "Work",
+           "all_reduce", "barrier", "collective_timeout", "ensure_process_group", "get_local_rank", "get_rank",
+           "get_world_size", "guarded", "init_distributed", "is_fake_group", "is_initialized"]

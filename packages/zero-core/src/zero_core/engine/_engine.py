@@ -11,7 +11,7 @@ import torch
 from zero_plugins import ZeroError, env_int
 
 from ..accelerator import get_accelerator, pinned_stats
-from ..comm import Collectives
+from ..comm import Collectives, RankProgress
 from ..memory import LeverSetup, MemoryLedger, MemoryReport
 from ..sharding import GradReducer, Homes, StagePolicy, TrainingPasses, ZeroOptimizer
 from ..checkpoint import AsyncSaver
@@ -91,6 +91,11 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._losses = LossWatch()
         self._pinning = PinningPerStep()
         self._interrupts: InterruptsHeld | None = None  # held from a backward that steps until its step() ends
+
+    @property
+    def progress(self) -> RankProgress:
+        """Where this rank is, posted for its peers: a peer whose collective fails names it."""
+        return self._comm.progress
 
     @property
     def coordinator(self) -> GatherCoordinator | None:
@@ -289,11 +294,11 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
         self._order.check_whole("save_checkpoint")
         self._order.check_states_present("save_checkpoint")
+        self._saver.wait()  # first: the running save holds its save_dir's lock until it is published
         pending = begin_save(self, Path(save_dir), tag, client_state, save_latest, exclude_frozen_parameters)
         if async_save:
             self._saver.start(pending)
             return str(pending.save_dir / pending.tag)
-        self._saver.wait()
         return str(write_save(pending))
 
     def wait_for_checkpoint(self) -> str | None:
@@ -335,17 +340,20 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
 
     def destroy(self) -> None:
         """Remove the engine's hooks (gradient reduction; at stage 3, gathering) from the model, and release
-        what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished."""
+        what offload devices hold outside memory (NVMe swap files), after an asynchronous save has finished; a save
+        that failed is raised (CheckpointError) after all of that, so a new engine can wrap the model."""
         self._order.destroyed = True
         if self._interrupts is not None:  # a backward that stepped, with no step() after it
             self._interrupts.__exit__(None, None, None)
             self._interrupts = None
         self.module.__dict__.pop(WRAPPED_ATTRIBUTE, None)  # the model may be wrapped again
-        self._saver.wait()
-        self._reducer.remove_hooks()
-        self._passes.remove_hooks()
-        self._homes.close()
-        self._pinning.close()
+        try:
+            self._saver.wait()  # a failed asynchronous save is raised once the model is free of the engine
+        finally:
+            self._reducer.remove_hooks()
+            self._passes.remove_hooks()
+            self._homes.close()
+            self._pinning.close()
 
     def __getattr__(self, name: str) -> Any:
         try:
