@@ -7,12 +7,11 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from zero_plugins import CommandResult, DetailedError, hookimpl, reset_plugin_manager
+from zero_plugins import CommandResult, DetailedError, hookimpl
 
 from cli_helpers import run_main, run_zero
 from plugin_dists import write_distribution
@@ -20,54 +19,44 @@ from plugin_dists import write_distribution
 BROKEN = "raise ImportError('libdevice.so.3: cannot open shared object file')\n"
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    reset_plugin_manager()
-    yield tmp_path
-    reset_plugin_manager()
-    for name in [name for name in sys.modules if name.startswith("cli_isolation_")]:
-        del sys.modules[name]
-
-
-def _load_problem(site: Path) -> str:
+def _load_problem(plugin_folder: Path) -> str:
     return ("plugin 'broken' from zero-broken 1.0 (entry point broken = cli_isolation_broken) was not loaded: "
             "importing it raised ImportError('libdevice.so.3: cannot open shared object file') at "
-            f"{site / 'cli_isolation_broken.py'}:1; its hooks are skipped; update or uninstall zero-broken, or "
+            f"{plugin_folder / 'cli_isolation_broken.py'}:1; its hooks are skipped; update or uninstall zero-broken, or "
             "block the plugin with ZERO_DISABLE_PLUGINS=broken")
 
 
-def test_a_plugin_that_cannot_load_is_one_line_and_other_commands_run(site: Path) -> None:
-    write_distribution(site, "zero-broken", "1.0", {"broken": "cli_isolation_broken"},
+def test_a_plugin_that_cannot_load_is_one_line_and_other_commands_run(plugin_folder: Path) -> None:
+    write_distribution(plugin_folder, "zero-broken", "1.0", {"broken": "cli_isolation_broken"},
                        {"cli_isolation_broken": BROKEN})
     # A fresh interpreter: the `zero` command as a user runs it, entry points found by importlib.metadata.
-    result = run_zero("plugins", "--json", PYTHONPATH=os.pathsep.join([str(site), *sys.path]))
+    result = run_zero("plugins", "--json", PYTHONPATH=os.pathsep.join([str(plugin_folder), *sys.path]))
     assert result.returncode == 0, result.stderr
-    assert result.stderr == f"zero: warning: {_load_problem(site)}\n"
+    assert result.stderr == f"zero: warning: {_load_problem(plugin_folder)}\n"
     listed = {entry["name"]: entry for entry in json.loads(result.stdout)}
     assert listed["broken"] == {"name": "broken", "hooks": [], "distribution": "zero-broken", "version": "1.0",
-                                "enabled": False, "problem": _load_problem(site).split(" was not loaded: ")[1]}
+                                "enabled": False, "problem": _load_problem(plugin_folder).split(" was not loaded: ")[1]}
     assert listed["cli"]["enabled"] is True
 
 
-def test_a_command_of_a_plugin_that_did_not_load_fails_naming_it(site: Path,
+def test_a_command_of_a_plugin_that_did_not_load_fails_naming_it(plugin_folder: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    write_distribution(site, "zero-broken", "1.0", {"broken": "cli_isolation_broken"},
+    write_distribution(plugin_folder, "zero-broken", "1.0", {"broken": "cli_isolation_broken"},
                        {"cli_isolation_broken": BROKEN})
     code, out, err = run_main(capsys, "broken-status", "--json")  # the warning is the command's line, not Python's
     assert (code, out) == (2, "")
     warning, error = err.splitlines()
-    assert warning == f"zero: warning: {_load_problem(site)}"
+    assert warning == f"zero: warning: {_load_problem(plugin_folder)}"
     assert error.startswith("zero: error: no command 'broken-status'; it may be one of a plugin that is missing "
                             "(said above): plugin 'broken' from zero-broken 1.0 (entry point broken = "
                             "cli_isolation_broken); fix that plugin, or run one of ")
     assert "plugins" in error.rsplit("run one of ", 1)[1].split(", ")
 
 
-def test_a_plugin_may_not_take_a_built_in_name(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_plugin_may_not_take_a_built_in_name(plugin_folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = ("from zero_plugins import hookimpl\n\n@hookimpl\ndef zero_register_commands(cli):\n"
               "    cli.add_command('impostor', help='x', run=lambda args: 0)\n")
-    write_distribution(site, "zero-impostor", "6.6", {"cli": "cli_isolation_impostor"},
+    write_distribution(plugin_folder, "zero-impostor", "6.6", {"cli": "cli_isolation_impostor"},
                        {"cli_isolation_impostor": source})
     code, out, err = run_main(capsys, "plugins", "--json")
     assert code == 0

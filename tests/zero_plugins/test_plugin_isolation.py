@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,21 +27,10 @@ BROKEN = "import json\nraise RuntimeError('no driver for this device')\n"
 WORKING = "from zero_plugins import hookimpl\n"
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A folder on sys.path for distributions a test writes; the manager is reloaded before and after."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    reset_plugin_manager()
-    yield tmp_path
-    reset_plugin_manager()
-    for name in [name for name in sys.modules if name.startswith("isolation_")]:
-        del sys.modules[name]
-
-
-def test_a_plugin_whose_import_raises_is_skipped_and_said_once(site: Path) -> None:
-    write_distribution(site, "zero-broken", "1.0", {"broken": "isolation_broken"}, {"isolation_broken": BROKEN})
-    write_distribution(site, "zero-working", "2.0", {"working": "isolation_working"}, {"isolation_working": WORKING})
-    problem = (f"importing it raised RuntimeError('no driver for this device') at {site / 'isolation_broken.py'}:2; "
+def test_a_plugin_whose_import_raises_is_skipped_and_said_once(plugin_folder: Path) -> None:
+    write_distribution(plugin_folder, "zero-broken", "1.0", {"broken": "isolation_broken"}, {"isolation_broken": BROKEN})
+    write_distribution(plugin_folder, "zero-working", "2.0", {"working": "isolation_working"}, {"isolation_working": WORKING})
+    problem = (f"importing it raised RuntimeError('no driver for this device') at {plugin_folder / 'isolation_broken.py'}:2; "
                "its hooks are skipped; update or uninstall zero-broken, or block the plugin with "
                "ZERO_DISABLE_PLUGINS=broken")
     with pytest.warns(PluginLoadWarning) as said:
@@ -61,8 +49,8 @@ def test_a_plugin_whose_import_raises_is_skipped_and_said_once(site: Path) -> No
     assert len(plugin_load_failures()) == 1
 
 
-def test_a_blocked_plugin_is_not_imported_so_it_cannot_fail(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_distribution(site, "zero-broken", "1.0", {"broken": "isolation_broken"}, {"isolation_broken": BROKEN})
+def test_a_blocked_plugin_is_not_imported_so_it_cannot_fail(plugin_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_distribution(plugin_folder, "zero-broken", "1.0", {"broken": "isolation_broken"}, {"isolation_broken": BROKEN})
     monkeypatch.setenv("ZERO_DISABLE_PLUGINS", "broken")
     reset_plugin_manager()
     get_plugin_manager()
@@ -70,15 +58,15 @@ def test_a_blocked_plugin_is_not_imported_so_it_cannot_fail(site: Path, monkeypa
     assert "isolation_broken" not in sys.modules
 
 
-def test_a_name_taken_by_another_distribution_is_refused_naming_both(tmp_path: Path, site: Path,
+def test_a_name_taken_by_another_distribution_is_refused_naming_both(tmp_path: Path, plugin_folder: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # Two folders on sys.path, so which distribution comes first is the path's order, not a directory listing's.
     later = tmp_path / "later"
-    write_distribution(site / "first", "zero-first", "1.0", {"shared": "isolation_first"},
+    write_distribution(plugin_folder / "first", "zero-first", "1.0", {"shared": "isolation_first"},
                        {"isolation_first": WORKING})
     write_distribution(later, "zero-second", "3.1", {"shared": "isolation_second"}, {"isolation_second": WORKING})
     monkeypatch.syspath_prepend(str(later))
-    monkeypatch.syspath_prepend(str(site / "first"))
+    monkeypatch.syspath_prepend(str(plugin_folder / "first"))
     reset_plugin_manager()
     with pytest.warns(PluginLoadWarning):
         manager = get_plugin_manager()
@@ -90,9 +78,9 @@ def test_a_name_taken_by_another_distribution_is_refused_naming_both(tmp_path: P
         "zero-second's [project.entry-points.zero] table (or uninstall zero-second)")]
 
 
-def test_the_same_distribution_found_twice_on_the_path_loads_once(tmp_path: Path, site: Path,
+def test_the_same_distribution_found_twice_on_the_path_loads_once(tmp_path: Path, plugin_folder: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    write_distribution(site, "zero-working", "2.0", {"working": "isolation_working"}, {"isolation_working": WORKING})
+    write_distribution(plugin_folder, "zero-working", "2.0", {"working": "isolation_working"}, {"isolation_working": WORKING})
     copy = tmp_path / "copy"
     write_distribution(copy, "zero-working", "2.0", {"working": "isolation_working"}, {"isolation_working": WORKING})
     monkeypatch.syspath_prepend(str(copy))
@@ -128,7 +116,7 @@ class Faulty:
         return {}["missing"]
 
 
-def test_a_hook_that_raises_is_re_raised_naming_the_plugin(site: Path) -> None:
+def test_a_hook_that_raises_is_re_raised_naming_the_plugin(plugin_folder: Path) -> None:
     get_plugin_manager().register(Faulty(), name="faulty")
     with pytest.raises(PluginHookError) as caught:
         gadgets().names()
@@ -140,20 +128,20 @@ def test_a_hook_that_raises_is_re_raised_naming_the_plugin(site: Path) -> None:
     assert isinstance(caught.value, PluginError)  # the `zero` command prints it as one line
 
 
-def test_a_hook_of_an_installed_plugin_that_raises_names_its_distribution(site: Path) -> None:
+def test_a_hook_of_an_installed_plugin_that_raises_names_its_distribution(plugin_folder: Path) -> None:
     source = ("from zero_plugins import hookimpl\n\n@hookimpl\ndef zero_register_gadgets(register):\n"
               "    raise OSError('cannot open /dev/gadget0')\n")
-    write_distribution(site, "zero-gadget", "0.3", {"gadget": "isolation_gadget"}, {"isolation_gadget": source})
+    write_distribution(plugin_folder, "zero-gadget", "0.3", {"gadget": "isolation_gadget"}, {"isolation_gadget": source})
     with pytest.raises(PluginHookError) as caught:
         gadgets().names()
     assert str(caught.value) == (
         f"plugin 'gadget' from zero-gadget 0.3 raised OSError('cannot open /dev/gadget0') in its "
-        f"zero_register_gadgets hook at {site / 'isolation_gadget.py'}:5; update or uninstall zero-gadget, or "
+        f"zero_register_gadgets hook at {plugin_folder / 'isolation_gadget.py'}:5; update or uninstall zero-gadget, or "
         "block the plugin with ZERO_DISABLE_PLUGINS=gadget")
 
 
-def test_an_unknown_name_says_which_plugins_were_not_loaded(site: Path) -> None:
-    write_distribution(site, "zero-broken", "1.0", {"broken": "isolation_broken"}, {"isolation_broken": BROKEN})
+def test_an_unknown_name_says_which_plugins_were_not_loaded(plugin_folder: Path) -> None:
+    write_distribution(plugin_folder, "zero-broken", "1.0", {"broken": "isolation_broken"}, {"isolation_broken": BROKEN})
     with pytest.warns(PluginLoadWarning):
         get_plugin_manager()
     with pytest.raises(PluginError) as caught:
