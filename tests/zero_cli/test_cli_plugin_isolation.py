@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def test_a_plugin_may_not_take_a_built_in_name(plugin_folder: Path, capsys: pyte
     assert [(entry["distribution"], entry["enabled"]) for entry in json.loads(out) if entry["name"] == "cli"] == [
         ("zero-cli", True), ("zero-impostor", False)]
     assert err == ("zero: warning: plugin 'cli' from zero-impostor 6.6 (entry point cli = cli_isolation_impostor) "
-                   "was not loaded: the name 'cli' belongs to plugin 'cli' from zero-cli 0.1.0, a built-in; its "
+                   f"was not loaded: the name 'cli' belongs to plugin 'cli' from zero-cli {metadata.version('zero-cli')}, a "
+                   "built-in; its "
                    "name must change in zero-impostor's [project.entry-points.zero] table (or uninstall "
                    "zero-impostor)\n")
     assert "cli_isolation_impostor" not in sys.modules
