@@ -1,7 +1,9 @@
 """Fixtures shared by every test package. Imports no torch: zero-cli and zero-estimate are tested without it."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pluggy
 import pytest
@@ -14,6 +16,19 @@ def plugin_manager() -> Iterator[pluggy.PluginManager]:
     reset_plugin_manager()
     yield get_plugin_manager()
     reset_plugin_manager()
+
+
+@pytest.fixture
+def plugin_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder on sys.path for the plugin distributions a test writes (tests/plugin_dists.py); the plugin
+    manager is reloaded before and after, and the modules imported from the folder are forgotten."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reset_plugin_manager()
+    yield tmp_path
+    reset_plugin_manager()
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
 
 
 @pytest.fixture

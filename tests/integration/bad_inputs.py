@@ -347,6 +347,13 @@ CLI: list[tuple[list[str], str]] = [
     (["profile", "--model", "pythia-tiny", "--html", "/sys/report.html"], "--html"),  # sysfs: even root cannot
     (["profile", "--model", "pythia-tiny", "--html", "{dangling}/report.html"], "--html"),  # its directory: a link to nothing
     (["profile", "--model", "pythia-tiny", "--html", "{link}"], "is a directory"),  # a link to a directory
+
+    # a real run whose ranks cannot fit in host memory: refused with the figures before any rank starts
+    (["profile", "--model", "llama-2-70b"], "--nproc"),
+    (["profile", "--model", "llama-2-70b", "--stages", "3", "--nproc", "8"], "MemAvailable"),
+    (["profile", "--model", "llama-3-70b", "--nproc", "1"], "--dry-run"),
+    (["profile", "--model", "gpt-neox-20b", "--nproc", "8", "--stages", "0"], "GiB of host memory"),
+    (["profile", "--model", "llama-2-70b", "--lora-rank", "8", "--nproc", "8"], "llama-2-70b"),
     # zero swap
     (["swap", "bench", "--path", "{nosuch}"], "--path"),
     (["swap", "bench", "--path", "{binary}"], "--path"),

@@ -42,9 +42,13 @@ def test_results_come_back_in_rank_order(run_ranks) -> None:
 
 def test_a_failing_rank_fails_at_once_with_its_traceback(run_ranks) -> None:
     start = time.monotonic()
-    with pytest.raises(RanksFailed, match="rank 1 of 2 failed(.|\n)*boom on rank 1"):
+    with pytest.raises(RanksFailed, match="rank 1 of 2 failed(.|\n)*boom on rank 1") as caught:
         run_ranks(_rank1_raises, 2, timeout=60)
     assert time.monotonic() - start < 30
+    # The `zero` command prints the message on one line and the traceback below it, with its line breaks.
+    assert caught.value.message == "rank 1 of 2 failed; its traceback:"
+    lines = caught.value.detail.splitlines()
+    assert (lines[0], lines[-1]) == ("Traceback (most recent call last):", "ValueError: boom on rank 1")
 
 
 def test_a_hang_fails_after_the_timeout(run_ranks) -> None:

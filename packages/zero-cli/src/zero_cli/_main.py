@@ -2,16 +2,31 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, NoReturn
 
-from zero_plugins import CommandResult, ZeroError, installed_zero_distributions, plain_hookimpls, use_hookspecs
+from zero_plugins import (
+    CommandResult,
+    DetailedError,
+    PluginError,
+    PluginHook,
+    PluginLoadWarning,
+    ZeroError,
+    installed_zero_distributions,
+    plugin_hooks,
+    plugin_load_failures,
+    use_hookspecs,
+)
 
 from . import _hookspecs
-from ._commands import CommandSet
+from ._commands import CommandSet, LeftOut
+from ._running import rendered, run_command
+
+HOOK = "zero_register_commands"
 
 
 class _VersionAction(argparse.Action):
@@ -45,12 +60,32 @@ class _Parser(argparse.ArgumentParser):
 
 
 def collect_commands() -> CommandSet:
+    """Every plugin's commands; a plugin whose hook raises, or that claims a taken name, is left out."""
     manager = use_hookspecs(_hookspecs)
     commands = CommandSet()
-    for impl in plain_hookimpls(manager, "zero_register_commands"):
-        commands.current_plugin = impl.plugin_name
-        impl.function(cli=commands)
+    for hook in plugin_hooks(manager, HOOK):
+        commands.collect(hook.plugin, partial(_register, hook))
     return commands
+
+
+def _register(hook: PluginHook, cli: CommandSet) -> None:
+    hook(cli=cli)
+
+
+def plugin_problems(commands: CommandSet) -> list[LeftOut]:
+    """The plugins whose commands are missing: entry points not loaded, and plugins left out."""
+    return [LeftOut(failure.label(), failure.message()) for failure in plugin_load_failures()] + commands.left_out
+
+
+def _check_command_offered(argv: Sequence[str], commands: CommandSet, problems: list[LeftOut]) -> None:
+    """A command that is not offered while a plugin is missing: name that plugin, not only "invalid choice"."""
+    # The top-level options (--version, --help) take no value, so the first other word is the command.
+    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    if name is None or name in commands.commands or not problems:
+        return
+    raise PluginError(f"no command {name!r}; it may be one of a plugin that is missing (said above): "
+                      f"{', '.join(problem.plugin for problem in problems)}; fix that plugin, or run one of "
+                      f"{', '.join(sorted(commands.commands))}")
 
 
 def build_parser(commands: CommandSet) -> argparse.ArgumentParser:
@@ -68,27 +103,36 @@ def build_parser(commands: CommandSet) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        commands = collect_commands()
+        with warnings.catch_warnings():  # said below as the command's own lines, once each
+            warnings.simplefilter("ignore", PluginLoadWarning)
+            commands = collect_commands()
+        problems = plugin_problems(commands)
+        for problem in problems:
+            print(f"zero: warning: {problem.problem.translate(_ESCAPED)}", file=sys.stderr)
         parser = build_parser(commands)
+        _check_command_offered(argv, commands, problems)
         args = parser.parse_args(argv)
         if not getattr(args, "_command", None):
             parser.print_help(sys.stderr)
             return 2
-        result = args._command.run(args)
+        result = run_command(args._command, args)
+        if not isinstance(result, CommandResult):
+            return result
+        output = rendered(args._command, result, getattr(args, "json", False))
     except ZeroError as error:
         # Exit 2 like argparse's own usage errors: the input was wrong, not the program.
-        print(f"zero: error: {str(error).translate(_ESCAPED)}", file=sys.stderr)
+        message = error.message if isinstance(error, DetailedError) else str(error)
+        print(f"zero: error: {message.translate(_ESCAPED)}", file=sys.stderr)
+        if isinstance(error, DetailedError) and error.detail:  # a rank's traceback: its line breaks kept
+            print(error.detail.rstrip("\n"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    if not isinstance(result, CommandResult):
-        return int(result or 0)
     try:
-        if getattr(args, "json", False):
-            print(json.dumps(result.data, indent=2, default=str))
-        elif result.text:
-            print(result.text)
+        if output:
+            print(output)
         sys.stdout.flush()
     except BrokenPipeError:
         # `zero report | head` closed the pipe: stop quietly, as other CLI tools do.

@@ -5,14 +5,16 @@ from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_f
 from ._distribution import Provenance
 from ._ds_defaults import ds_default, ds_defaults, overlap_comm_default
 from ._env import EnvVarError, env_flag, env_int
-from ._errors import PluginError, ZeroError
-from ._hooks import plain_hookimpls
+from ._errors import DetailedError, PluginError, PluginHookError, PluginLoadWarning, ZeroError, raised_at
+from ._hooks import PluginHook, plain_hookimpls, plugin_hooks
 from ._lazy import lazy_exports
 from ._listing import PluginInfo, plugin_infos
+from ._loading import BUILTIN_PLUGINS, LoadFailure
 from ._manager import (
     DISABLE_ENV,
     disabled_plugin_names,
     get_plugin_manager,
+    plugin_load_failures,
     reset_plugin_manager,
     use_hookspecs,
 )
@@ -52,6 +54,15 @@ __all__ = [
     "DEFAULT_ATTENTION",
     "UNOWNED_CATEGORIES",
     "AddArguments",
+    "BUILTIN_PLUGINS",
+    "DetailedError",
+    "LoadFailure",
+    "PluginHookError",
+    "PluginLoadWarning",
+    "PluginHook",
+    "plugin_hooks",
+    "plugin_load_failures",
+    "raised_at",
     "ConfigFileError",
     "MAX_CONFIG_BYTES",
     "OutputPathError",

@@ -8,10 +8,13 @@ an error, reported when the hook's implementations are collected, never skipped 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pluggy
 
-from ._distribution import provenance
-from ._errors import PluginError
+from ._distribution import Provenance, provenance
+from ._errors import PluginError, PluginHookError, ZeroError, raised_at
 
 
 def plain_hookimpls(manager: pluggy.PluginManager, hook_name: str) -> list[pluggy.HookImpl]:
@@ -27,3 +30,36 @@ def plain_hookimpls(manager: pluggy.PluginManager, hook_name: str) -> list[plugg
                 f"so a wrapper would never run; implement it as a plain hook: @hookimpl without {option}"
             )
     return impls
+
+
+@dataclass(frozen=True)
+class PluginHook:
+    """One plugin's implementation of one hook, called as zero calls every hook: directly, by keyword.
+
+    What it raises is re-raised as a PluginHookError naming the plugin, with the original chained; a
+    ZeroError passes unchanged, for it is a refusal of the user's input (an estimator refusing a setting,
+    a registry refusing a duplicate name) that already says what to fix.
+    """
+
+    manager: pluggy.PluginManager
+    impl: pluggy.HookImpl
+    hook_name: str
+
+    @property
+    def plugin(self) -> Provenance:
+        return provenance(self.manager, self.impl.plugin_name)
+
+    def __call__(self, **kwargs: Any) -> Any:
+        try:
+            return self.impl.function(**kwargs)
+        except ZeroError:
+            raise
+        except Exception as error:
+            origin = self.plugin
+            raise PluginHookError(f"{origin.label()} raised {error!r} in its {self.hook_name} hook"
+                                  f"{raised_at(error)}; {origin.remedy()}") from error
+
+
+def plugin_hooks(manager: pluggy.PluginManager, hook_name: str) -> list[PluginHook]:
+    """Each plugin's implementation of `hook_name`, to call one by one (plain_hookimpls' checks made)."""
+    return [PluginHook(manager, impl, hook_name) for impl in plain_hookimpls(manager, hook_name)]

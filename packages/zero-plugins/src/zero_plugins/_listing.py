@@ -1,10 +1,10 @@
-"""Describe loaded and blocked plugins, for `zero plugins`."""
+"""Describe loaded, blocked and failed plugins, for `zero plugins`."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from ._distribution import provenance
-from ._manager import disabled_plugin_names, get_plugin_manager
+from ._manager import disabled_plugin_names, get_plugin_manager, plugin_load_failures
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,7 @@ class PluginInfo:
     distribution: str
     version: str
     enabled: bool
+    problem: str = ""  # why an entry point was not loaded (its import raised, its name is taken); "" otherwise
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -30,4 +31,6 @@ def plugin_infos() -> list[PluginInfo]:
         infos.append(PluginInfo(name, hooks, origin.distribution, origin.version, True))
     for name in disabled_plugin_names():
         infos.append(PluginInfo(name, [], "", "", False))
+    for failure in plugin_load_failures():
+        infos.append(PluginInfo(failure.plugin, [], failure.distribution, failure.version, False, failure.problem))
     return sorted(infos, key=lambda info: info.name)

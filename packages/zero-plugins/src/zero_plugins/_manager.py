@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from types import ModuleType
 
 import pluggy
 
+from ._distribution import ZeroPluginManager
+from ._errors import PluginLoadWarning
+from ._loading import LoadFailure, load_entry_points
 from ._markers import ENTRY_POINT_GROUP, PROJECT_NAME
 
 DISABLE_ENV = "ZERO_DISABLE_PLUGINS"
@@ -19,6 +23,7 @@ DISABLE_ENV = "ZERO_DISABLE_PLUGINS"
 _lock = threading.Lock()
 _manager: pluggy.PluginManager | None = None
 _added_specs: list[ModuleType | type] = []
+_failures: list[LoadFailure] = []
 
 
 def disabled_plugin_names() -> list[str]:
@@ -28,16 +33,29 @@ def disabled_plugin_names() -> list[str]:
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
-    """Return the manager, loading the `zero` entry points on first call."""
+    """Return the manager, loading the `zero` entry points on first call.
+
+    An entry point that cannot be loaded is skipped with one PluginLoadWarning (the `zero` command
+    prints it as one line instead); `plugin_load_failures()` lists them.
+    """
     global _manager
     with _lock:
         if _manager is None:
-            manager = pluggy.PluginManager(PROJECT_NAME)
+            manager = ZeroPluginManager(PROJECT_NAME)
             for name in disabled_plugin_names():
                 manager.set_blocked(name)
-            manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            _failures[:] = load_entry_points(manager, ENTRY_POINT_GROUP)
+            for failure in _failures:
+                warnings.warn(failure.message(), PluginLoadWarning, stacklevel=2)
             _manager = manager
         return _manager
+
+
+def plugin_load_failures() -> list[LoadFailure]:
+    """The entry points the manager could not load (loading them first if it has not yet)."""
+    get_plugin_manager()
+    with _lock:
+        return list(_failures)
 
 
 def use_hookspecs(module_or_class: ModuleType | type) -> pluggy.PluginManager:
@@ -50,10 +68,10 @@ def use_hookspecs(module_or_class: ModuleType | type) -> pluggy.PluginManager:
     return manager
 
 
-
 def reset_plugin_manager() -> None:
     """Forget the manager so the next call reloads entry points (tests, env changes)."""
     global _manager
     with _lock:
         _manager = None
         _added_specs.clear()
+        _failures.clear()

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable, Generic, Protocol, TypedDict, TypeVar
 
-from ._distribution import Provenance, provenance
+from ._distribution import Provenance
 from ._errors import PluginError
-from ._hooks import plain_hookimpls
-from ._manager import get_plugin_manager, use_hookspecs
+from ._hooks import plugin_hooks
+from ._manager import get_plugin_manager, plugin_load_failures, use_hookspecs
 
 
 class Checkable(Protocol):
@@ -83,9 +83,8 @@ class NamedRegistry(Generic[T]):
     def registrations(self) -> dict[str, Registration[T]]:
         manager = use_hookspecs(self.hookspecs)
         found: dict[str, Registration[T]] = {}
-        for impl in plain_hookimpls(manager, self.hook_name):
-            provider = provenance(manager, impl.plugin_name)
-            impl.function(register=self._register_into(found, provider))
+        for hook in plugin_hooks(manager, self.hook_name):
+            hook(register=self._register_into(found, hook.plugin))
         return found
 
     def _register_into(
@@ -168,7 +167,9 @@ class NamedRegistry(Generic[T]):
         ) or "none"
         hint = difflib.get_close_matches(name, list(found), n=1)
         did_you_mean = f", did you mean {hint[0]!r}?" if hint else ""
+        # The one asked for may be a plugin that could not be loaded: say so, or the user hunts for a typo.
+        failed = "".join(f"; not loaded: {failure.message()}" for failure in plugin_load_failures())
         return (
             f"unknown {self.kind} {name!r} (from {self.env_var}){did_you_mean}; "
-            f"available: {available}"
+            f"available: {available}{failed}"
         )

@@ -1,5 +1,6 @@
 """Accelerators: the devices the engine runs on, found through the `zero_register_accelerators` hook."""
 from ._copies import COMPLETED, CopyStream, Transfer
+from ._host_memory import available_bytes as host_memory_available
 from ._host_memory import total_bytes as host_memory_bytes
 from ._memory_usage import pinned_stats, see_memory_usage
 from ._select import (
@@ -28,6 +29,7 @@ __all__ = [
     "accelerator_registry",
     "get_accelerator",
     "get_selection",
+    "host_memory_available",
     "host_memory_bytes",
     "reset_accelerator",
     "select_accelerator",

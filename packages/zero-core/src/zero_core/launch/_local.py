@@ -35,13 +35,14 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import ZeroError
+from zero_plugins import DetailedError
 
 DEFAULT_TIMEOUT = 180.0
 
 
-class RanksFailed(ZeroError, RuntimeError):
-    """A rank raised or died, or ranks were still running at the timeout; the message says which and why."""
+class RanksFailed(DetailedError, RuntimeError):
+    """A rank raised or died, or ranks were still running at the timeout; the message says which and why, and
+    `detail` holds the failed rank's traceback (the `zero` command prints it with its line breaks)."""
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = DEFAULT_TIMEOUT,
@@ -148,8 +149,10 @@ def _wait(processes: list[BaseProcess], out: Path, timeout: float) -> None:
         if failed:
             rank = _first_to_fail([processes.index(p) for p in failed], out)
             error = out / f"{rank}.error"
-            detail = error.read_text() if error.exists() else f"exit code {failed[0].exitcode} (killed or crashed)"
-            raise RanksFailed(f"rank {rank} of {len(processes)} failed:\n{detail}")
+            if error.exists():
+                raise RanksFailed(f"rank {rank} of {len(processes)} failed; its traceback:", error.read_text())
+            raise RanksFailed(f"rank {rank} of {len(processes)} failed: exit code {failed[0].exitcode} (killed or "
+                              "crashed)")
         if all(p.exitcode == 0 for p in processes):
             return
         time.sleep(0.05)

@@ -11,11 +11,11 @@ from zero_plugins import AttentionKind, CommandResult, ZeroError, check_output_p
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config, read_config_file
 from ._html import profile_html
 from ._models import hidden_width, max_positions, model_config, transformers_config
-from ..accelerator import get_accelerator, host_memory_bytes
+from ..accelerator import get_accelerator, host_memory_available, host_memory_bytes
 from ._attention import check_attention
 from ._dry import traced_ranks
 from ._estimator import check_settings
-from ._precheck import initialize_each_setting
+from ._precheck import check_host_memory, initialize_each_setting
 from ._request import DryRunTarget, ProfileRequest, Setting
 from ._run import run_profile
 from ._text import profile_text
@@ -91,6 +91,8 @@ def request_from_args(args: argparse.Namespace) -> ProfileRequest:
     if dry_run is not None:
         initialize_each_setting(request)  # and one initialize refuses (a real run's ranks each find it in seconds)
     transformers_config(config)  # so does a model transformers refuses, before any rank starts or anything prints
+    if dry_run is None:  # and a model whose ranks cannot fit in this host's memory (a dry run needs none)
+        check_host_memory(request, device, host_memory_available())
     return request
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zero_plugins import ZeroError, plain_hookimpls, use_hookspecs
+from zero_plugins import ZeroError, plugin_hooks, use_hookspecs
 
 from . import _hookspecs
 from ._request import ProfileRequest, Setting
@@ -23,8 +23,8 @@ class NoEstimator(ZeroError, RuntimeError):
 def estimate_memory(request: dict[str, Any]) -> dict[str, Any]:
     """The first plugin's answer to `request` (see the hookspec)."""
     manager = use_hookspecs(_hookspecs)
-    for impl in plain_hookimpls(manager, HOOK):
-        answer = impl.function(request=request)
+    for hook in plugin_hooks(manager, HOOK):
+        answer = hook(request=request)
         if isinstance(answer, dict):
             return answer
     raise NoEstimator(f"no installed plugin implements {HOOK}, so there is no estimate to compare with; "
@@ -43,8 +43,8 @@ def check_settings(request: ProfileRequest) -> None:
     """Every installed estimator's refusal of a setting, raised now (an estimator without the check is asked later)."""
     manager = use_hookspecs(_hookspecs)
     for setting in request.settings:
-        for impl in plain_hookimpls(manager, CHECK_HOOK):
-            impl.function(request=estimate_request(request, setting))
+        for hook in plugin_hooks(manager, CHECK_HOOK):
+            hook(request=estimate_request(request, setting))
 
 
 # Lines of the model's construction (the fp32 model or layer built before initialize returns): the profile

@@ -36,7 +36,8 @@ def plugin_sections(taken: Collection[str]) -> list[Section]:
     the error, so one broken plugin neither breaks the report nor disappears from it silently.
     """
     manager = use_hookspecs(_hookspecs)
-    labels = {info.name: Provenance(info.name, info.distribution, info.version).label() for info in plugin_infos()}
+    labels = {info.name: Provenance(info.name, info.distribution, info.version).label() for info in plugin_infos()
+              if info.enabled}  # not one refused under a loaded plugin's name
     registered: dict[str, tuple[str, str, BuildSection]] = {}  # key -> (title, plugin label, build)
     sections: list[Section] = []
     for impl in plain_hookimpls(manager, HOOK):
