@@ -16,10 +16,11 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from zero_plugins import ZeroError, read_config_text
 
@@ -27,6 +28,8 @@ MANIFEST = "zero_manifest.json"
 MANIFEST_FORMAT = 1
 _CHUNK = 8 << 20  # bytes hashed per read: large enough that hashlib runs without the GIL, small enough to stream
 _THREADS = 4
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
 
 
 class Integrity(str, enum.Enum):
@@ -64,10 +67,22 @@ def digest(path: Path) -> FileRecord:
     return FileRecord(size, hasher.hexdigest())
 
 
+def in_threads(function: Callable[[_Item], _Result], items: list[_Item]) -> list[_Result]:
+    """`function` over `items` on a few threads (hashlib lets go of the GIL), or in this thread once the
+    interpreter is shutting down: an asynchronous save finished by the exit hook publishes after Python has
+    stopped its executors (and on 3.12, stopped starting threads)."""
+    try:
+        with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+            return list(pool.map(function, items))
+    except RuntimeError as error:
+        if "shutdown" not in str(error):
+            raise
+    return [function(item) for item in items]
+
+
 def digests(paths: list[Path]) -> list[FileRecord]:
     """The record of each of `paths`, hashed in threads."""
-    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-        return list(pool.map(digest, paths))
+    return in_threads(digest, paths)
 
 
 def write_manifest(directory: Path) -> None:
@@ -134,8 +149,7 @@ def manifest_problems(directory: Path, records: dict[str, FileRecord], names: li
                     "after the save)")
         return None
 
-    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
-        return [line for line in pool.map(problem, names) if line is not None]
+    return [line for line in in_threads(problem, names) if line is not None]
 
 
 def _damaged_manifest(path: Path, detail: str) -> ManifestDamaged:
