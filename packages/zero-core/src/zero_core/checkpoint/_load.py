@@ -86,12 +86,14 @@ def _load(engine: TrainingEngine, directory: Path, load_module_strict: bool, loa
     return str(directory), dict(training["client_state"])
 
 
-def _identity(directory: Path) -> tuple[int, int] | None:
+def _identity(directory: Path) -> tuple[int, int, int] | None:
+    """The tag directory's identity: a re-save renames another directory into its place, whose inode number may be
+    the deleted one's again (so its change time is part of it)."""
     try:
         stat = os.stat(directory)
     except OSError:
         return None
-    return stat.st_dev, stat.st_ino
+    return stat.st_dev, stat.st_ino, stat.st_ctime_ns
 
 
 def _replaced(tag: str, directory: Path) -> CheckpointError:

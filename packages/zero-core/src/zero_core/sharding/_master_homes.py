@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from zero_plugins import Category
@@ -25,12 +25,31 @@ from ._storage import FlatStorage
 from ._swap_pool import SwappedTensor, SwapPool
 from ._swapped_master import SwappedMaster
 
-if TYPE_CHECKING:
-    from ._groups import ShardedGroup
-
 MasterCopy = torch.Tensor | SwappedTensor
 # Writes the owned elements from the given one on into a zeroed tensor (as many as it holds) and returns it.
 Fill = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+class GradientsToStep(Protocol):
+    """What the stepper needs of a group's gradient partitions (GradBuckets)."""
+
+    def __len__(self) -> int: ...
+
+    def owned(self, index: int) -> torch.Tensor: ...
+
+    def for_step(self, owned: list[torch.Tensor], inv_scale: float) -> list[torch.Tensor]: ...
+
+    def release(self) -> None: ...
+
+
+class GroupToStep(Protocol):
+    """A param group as its stepper sees it (ShardedGroup): its master and its gradients."""
+
+    @property
+    def master(self) -> Master: ...
+
+    @property
+    def grads(self) -> GradientsToStep: ...
 
 
 class MasterHome(ABC):
@@ -43,7 +62,7 @@ class MasterHome(ABC):
                  flat: FlatStorage) -> MasterParams | SwappedMaster:
         """One param group's master over `flat`'s layouts, from the copies made for them."""
 
-    def step(self, optimizer: torch.optim.Optimizer, groups: Sequence[ShardedGroup], inverse_scale: float) -> None:
+    def step(self, optimizer: torch.optim.Optimizer, groups: Sequence[GroupToStep], inverse_scale: float) -> None:
         """One step of every param group, owned here from end to end: each group's gradients loaded into its
         master (times `inverse_scale`, the unscale and the clip in one), the optimizer stepped where the state
         lives, the gradients freed and the master written back into the parameters."""
