@@ -348,4 +348,12 @@ ENV: list[tuple[str, str, list[str]]] = [
     ("DS_PIN_MEMORY_BACKEND", "nosuch", ["pin", "check"]),
     ("ZERO_SWAP_BACKEND", "nosuch", ["swap", "check"]),
     ("ZERO_SWAP_BACKEND", "nosuch", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    # on/off variables accept 1/0/true/false/yes/no/on/off only (zero_plugins.env_flag)
+    ("ZERO_SWAP_BUFFERED", "disabled", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "enabled", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "2", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "y", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "nope", ["swap", "check"]),
+    ("ZERO_PIN_HUGE_PAGES", "maybe", ["pin", "check"]),
+    ("ZERO_PIN_HUGE_PAGES", "-1", ["pin", "check"]),
 ]

@@ -11,16 +11,16 @@ skipped, or the kernel ignores it and uses small pages.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import TypedDict
+
+from zero_plugins import env_flag
 
 from ._units import format_bytes
 
 ENV_VAR = "ZERO_PIN_HUGE_PAGES"
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 DEFAULT_HUGE_PAGE = 2 << 20
-_ON = {"1", "true", "yes", "on"}
 
 
 class HugePagePolicy(TypedDict):
@@ -49,7 +49,7 @@ def _kernel() -> tuple[str, int]:
 
 
 def _requested() -> bool:
-    return os.environ.get(ENV_VAR, "").strip().lower() in _ON
+    return env_flag(ENV_VAR, False)
 
 
 def huge_page_policy() -> HugePagePolicy:

@@ -3,6 +3,7 @@ from ._attention import DEFAULT_ATTENTION, AttentionKind
 from ._categories import UNOWNED_CATEGORIES, Category
 from ._commands import AddArguments, CommandTable, RunCommand, add_action_json_flag
 from ._distribution import Provenance
+from ._env import FALSE_SPELLINGS, TRUE_SPELLINGS, EnvVarError, env_flag
 from ._errors import PluginError, ZeroError
 from ._hooks import plain_hookimpls
 from ._lazy import lazy_exports
@@ -48,6 +49,10 @@ __all__ = [
     "CommandTable",
     "add_action_json_flag",
     "DISABLE_ENV",
+    "EnvVarError",
+    "FALSE_SPELLINGS",
+    "TRUE_SPELLINGS",
+    "env_flag",
     "POOL_SHARE",
     "budget_slice_numel",
     "swap_slice_numel",
