@@ -21,6 +21,7 @@ from zero_core.offload import SwapSlot, SwapSpace, SwapTransfer
 from zero_plugins import Category
 
 from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, padded_nbytes
+from ..swap._links import make_directory
 from ._run_dir import SwapDirectory
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -90,8 +91,7 @@ class NvmeSwapSpace(SwapSpace):
         safe = _UNSAFE.sub("_", name).strip("._") or "tensor"
         if len(safe.encode()) > _NAME_LIMIT:  # keep the start and make it unique with a digest of the whole name
             safe = safe[: _NAME_LIMIT - 17] + "~" + hashlib.sha1(name.encode()).hexdigest()[:16]
-        folder = self.directory.path / category
-        folder.mkdir(exist_ok=True)
+        folder = make_directory(self.directory.path / category, f"the {category} swap files")
         path = folder / f"{safe}.swp"
         counter = 1
         while path in self._paths:  # two names that differ only in characters a file name cannot hold
