@@ -6,12 +6,15 @@ rank, its parameters' module and its kind. A failed transfer leaves the slot's f
 half-written: the space then refuses every later transfer, naming the first failure, so
 no step ever reads it back as if it were whole. A transfer that fails as it starts (the
 file cannot be opened or allocated) counts too: the step it belonged to has already
-written some of its sub-groups' slots and not the others.
+written some of its sub-groups' slots and not the others. Every read is checked against the
+CRC-32 of what was last written to its slot (_checksums.py): a file changed outside zero is a
+SwapIntegrityError naming it, and also leaves the space unusable.
 """
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -22,6 +25,7 @@ from zero_plugins import Category
 
 from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, padded_nbytes
 from ..swap._links import make_directory
+from ._checksums import SlotChecksums
 from ._run_dir import SwapDirectory
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -37,6 +41,7 @@ class NvmeSwapSpace(SwapSpace):
         self._slots: dict[str, SwapSlot] = {}
         self._paths: set[Path] = set()
         self._failure: BaseException | None = None
+        self._checksums = SlotChecksums()
 
     @property
     def slot_alignment(self) -> int:
@@ -81,8 +86,10 @@ class NvmeSwapSpace(SwapSpace):
                             f"{slot.numel} x {slot.dtype} (or its {blocks} in whole {ALIGNMENT} B blocks)")
         try:
             if write:
+                self._checksums.wrote(slot, tensor)  # before the write starts: the buffer is not changed until it ends
                 return _Transfer(self, self.backend.write_async(tensor, slot.location))
-            return _Transfer(self, self.backend.read_async(tensor, slot.location))
+            return _Transfer(self, self.backend.read_async(tensor, slot.location),
+                             lambda: self._checksums.check(slot, tensor))
         except BaseException as error:  # failed before any data moved (open, fallocate): the step is cut short all the same
             self._failure = self._failure or error
             raise
@@ -102,13 +109,20 @@ class NvmeSwapSpace(SwapSpace):
 
 
 class _Transfer:
-    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer) -> None:
+    """A backend's transfer; a read is checked against the slot's checksum once it completes."""
+
+    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer, verify: Callable[[], None] | None = None) -> None:
         self._space = space
         self._handle = handle
+        self._verify = verify
 
     def wait(self) -> object:
         try:
-            return self._handle.wait()
+            moved = self._handle.wait()
+            if self._verify is not None:
+                self._verify()
+                self._verify = None  # checked once, however often it is waited for
+            return moved
         except BaseException as error:
             self._space._failure = self._space._failure or error
             raise

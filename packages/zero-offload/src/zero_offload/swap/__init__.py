@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from ._errors import (
         DirectIOUnsupportedError as DirectIOUnsupportedError,
         SwapError as SwapError,
+        SwapIntegrityError as SwapIntegrityError,
         SwapIOError as SwapIOError,
+        SwapLinkError as SwapLinkError,
         UnalignedBufferError as UnalignedBufferError,
     )
     from ._report import (

@@ -20,6 +20,10 @@ class SwapLinkError(SwapError):
     """A link (or another kind of file) where a swap directory or file should be: refused, never followed."""
 
 
+class SwapIntegrityError(SwapError):
+    """A swap file read back with other bytes than this run wrote into it: changed outside zero."""
+
+
 class SwapIOError(SwapError):
     """A system call of a swap read or write failed; the data of that request is incomplete.
 
