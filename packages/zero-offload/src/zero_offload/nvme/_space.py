@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import torch
@@ -70,6 +70,7 @@ class NvmeSwapSpace(SwapSpace):
     def close(self) -> None:
         """Remove the files (after the backend has finished what it was given) and uncount them."""
         self.backend.close()
+        self._checksums.close()
         self.directory.close()
         for slot in self._slots.values():
             self._ledger.release_extent(slot)
@@ -86,10 +87,9 @@ class NvmeSwapSpace(SwapSpace):
                             f"{slot.numel} x {slot.dtype} (or its {blocks} in whole {ALIGNMENT} B blocks)")
         try:
             if write:
-                self._checksums.wrote(slot, tensor)  # before the write starts: the buffer is not changed until it ends
-                return _Transfer(self, self.backend.write_async(tensor, slot.location))
-            return _Transfer(self, self.backend.read_async(tensor, slot.location),
-                             lambda: self._checksums.check(slot, tensor))
+                summed = self._checksums.wrote(slot, tensor)  # before the write starts: the buffer is unchanged
+                return _Transfer(self, self.backend.write_async(tensor, slot.location), summed)
+            return _Transfer(self, self._checksums.read(slot, tensor, self.backend.read_async(tensor, slot.location)))
         except BaseException as error:  # failed before any data moved (open, fallocate): the step is cut short all the same
             self._failure = self._failure or error
             raise
@@ -109,19 +109,19 @@ class NvmeSwapSpace(SwapSpace):
 
 
 class _Transfer:
-    """A backend's transfer; a read is checked against the slot's checksum once it completes."""
+    """A write (complete once its checksum is taken too), or a read waited for and checked on a checksum thread."""
 
-    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer, verify: Callable[[], None] | None = None) -> None:
+    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer | Future[object], summed: Future[int] | None = None
+                 ) -> None:
         self._space = space
         self._handle = handle
-        self._verify = verify
+        self._summed = summed
 
     def wait(self) -> object:
         try:
-            moved = self._handle.wait()
-            if self._verify is not None:
-                self._verify()
-                self._verify = None  # checked once, however often it is waited for
+            moved = self._handle.result() if isinstance(self._handle, Future) else self._handle.wait()
+            if self._summed is not None:
+                self._summed.result()  # the buffer may be reused only once it is summed
             return moved
         except BaseException as error:
             self._space._failure = self._space._failure or error
