@@ -15,8 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from zero_core.offload import SwapSlot, SwapTransfer
 
-from ..swap import SwapIntegrityError
-from ..swap._buffers import byte_view
+from ..swap import SwapIntegrityError, byte_view
 
 _THREADS = 2  # one may wait for a read to land while the other sums a buffer
 

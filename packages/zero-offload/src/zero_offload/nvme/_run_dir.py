@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import threading
 import warnings
 import weakref
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import zero_pin
 
-from ..swap._links import NO_FOLLOW, make_directory, open_directory, what_is_there
+from ..swap import NO_FOLLOW, make_directory, open_directory, remove_tree, what_is_there
 
 RUN_PREFIX = "zero-run-"
 MARKER = "zero-offload swap directory: "  # then the rank directory's name, in each rank's lock file
@@ -170,11 +169,11 @@ def _take_lock(path: Path) -> int:
 def _remove(directory: Path, lock_path: Path, lock_fd: int, run: Path) -> None:
     # The directory goes before the lock: a lock without a directory is harmless, the reverse would be unowned.
     # Through the run's descriptor, opened without following a link: a run directory replaced by a link since
-    # it was made is left alone, and rmtree never follows a link inside the rank directory.
+    # it was made is left alone, and the removal never follows a link inside the rank directory.
     run_fd = open_directory(run)
     try:
         if run_fd is not None and what_is_there(directory.name, run_fd) == "directory":
-            shutil.rmtree(directory.name, ignore_errors=True, dir_fd=run_fd)
+            remove_tree(directory.name, run_fd)
         if run_fd is not None:
             try:
                 os.unlink(lock_path.name, dir_fd=run_fd)

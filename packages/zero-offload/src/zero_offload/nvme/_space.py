@@ -23,8 +23,7 @@ from zero_core.memory import MemoryLedger, Placement
 from zero_core.offload import SwapSlot, SwapSpace, SwapTransfer
 from zero_plugins import Category
 
-from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, padded_nbytes
-from ..swap._links import make_directory
+from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, make_directory, padded_nbytes
 from ._checksums import SlotChecksums
 from ._run_dir import SwapDirectory
 

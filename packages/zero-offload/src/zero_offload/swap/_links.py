@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from ._errors import SwapLinkError
@@ -59,3 +60,22 @@ def link_refusal(path: str) -> SwapLinkError:
     """The error for a swap file found to be a link when opened with O_NOFOLLOW (ELOOP)."""
     return SwapLinkError(f"{path} is a symbolic link where zero keeps a swap file; zero never reads or writes "
                          "through a link there (it could point outside nvme_path): remove the link")
+
+
+def remove_tree(name: str, dir_fd: int) -> None:
+    """Remove the directory `name` in `dir_fd` and all below it, never following a link (a link is removed itself,
+    not what it points at). What cannot be removed is left; the caller has nothing better to do with it."""
+    for _, folders, files, folder_fd in os.fwalk(name, topdown=False, dir_fd=dir_fd):
+        for entry in files:
+            _ignore_missing(os.unlink, entry, folder_fd)
+        for entry in folders:  # fwalk lists links to directories here, and never walks into them
+            remove = os.unlink if what_is_there(entry, folder_fd) == "link" else os.rmdir
+            _ignore_missing(remove, entry, folder_fd)
+    _ignore_missing(os.rmdir, name, dir_fd)
+
+
+def _ignore_missing(remove: Callable[..., None], name: str, dir_fd: int) -> None:
+    try:
+        remove(name, dir_fd=dir_fd)
+    except OSError:
+        pass
