@@ -10,8 +10,8 @@ whose lock can be taken belongs to a run that did not finish: a new run removes 
 it checks free space (and says so). The directory is removed at `destroy()` and at normal
 interpreter exit.
 
-Links (docs/reliability.md, "Swap files and links"): nothing under `nvme_path` is followed. The
-run and rank directories are made only where nothing or a real directory is; a stale run is
+Links (docs/reliability.md, "Nothing under `nvme_path` is followed through a link"): the run and
+rank directories are made only where nothing or a real directory is; a stale run is
 removed through descriptors opened with O_NOFOLLOW, and only the rank directory that its lock
 file names: the lock holds MARKER and the directory's name, written by the run that made it. A
 link, or a lock without the marker, is skipped and named in the cleanup's warning.

@@ -120,7 +120,8 @@ class _Buffer:
 
 def _raw(path: str, buffer: _Buffer, size: int, write: bool, buffered: bool) -> _Timing:
     """Seconds (wall, CPU) for one thread to write (or read) `size` bytes sequentially in 8 MiB O_DIRECT blocks."""
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC if write else os.O_RDONLY) | (0 if buffered else O_DIRECT) | NO_FOLLOW
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC if write else os.O_RDONLY) | (0 if buffered else O_DIRECT)
+    flags |= NO_FOLLOW
     view, length = buffer.view, len(buffer.view)
     started, cpu = time.perf_counter(), time.process_time()
     try:

@@ -1,4 +1,6 @@
-"""Creating and deleting under a swap directory without following links (docs/reliability.md, "Swap files and links").
+"""Creating and deleting under a swap directory without following links.
+
+docs/reliability.md, "Nothing under `nvme_path` is followed through a link".
 
 A link found where zero creates a directory or a file is refused with a SwapLinkError naming it,
 never followed: a link planted in the swap path must not make zero write, or delete, outside it.
