@@ -69,6 +69,7 @@ def measure(build: Callable[[], Step], data: list[torch.Tensor],
     gc.collect()
     accelerator.reset_peak_memory_stats()
     rss_start = accelerator.memory_reserved()
+    _OPTIMIZER_STEPS.clear()
     losses = []
     with StorageTracker() as tracker:
         step = build()
@@ -87,6 +88,8 @@ def measure(build: Callable[[], Step], data: list[torch.Tensor],
         peak_rss_bytes=accelerator.max_memory_reserved(),
         rss_rise_bytes=accelerator.max_memory_reserved() - rss_start,
     )
+    if len(_OPTIMIZER_STEPS) == len(data):  # an engine's step: the optimizer's share of each timed step
+        result["optimizer_step_times"] = _OPTIMIZER_STEPS[2:]
     if allocator_peak:
         result["allocator_peak_bytes"] = accelerator.max_memory_allocated()
     return result
@@ -98,10 +101,17 @@ def _global_mean(loss: torch.Tensor) -> float:
     return value.item() / dist.get_world_size()
 
 
+# Seconds of each engine.step() call since measure() began: benches that split a step into forward and backward
+# and the optimizer's step read them (measure's `optimizer_step_times`).
+_OPTIMIZER_STEPS: list[float] = []
+
+
 def _engine_step(engine: Any, batch: torch.Tensor) -> torch.Tensor:
     loss = engine(input_ids=batch, labels=batch).loss
     engine.backward(loss)
+    start = time.perf_counter()
     engine.step()
+    _OPTIMIZER_STEPS.append(time.perf_counter() - start)
     return loss
 
 

@@ -391,6 +391,12 @@ ENV: list[tuple[str, str, list[str]]] = [
     ("ZERO_PIN_CACHE_BYTES", "-1", ["pin", "check"]),
     ("ZERO_PIN_CACHE_BYTES", "1.5G", ["pin", "check"]),
     ("ZERO_PIN_CACHE_BYTES", "2P", ["pin", "check"]),
+    # ZERO_SWAP_BUFFERED: the same spellings (zero_plugins.env_flag)
+    ("ZERO_SWAP_BUFFERED", "disabled", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "enabled", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "2", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "y", ["swap", "bench", "--path", "{dir}", "--size", "1MiB"]),
+    ("ZERO_SWAP_BUFFERED", "nope", ["swap", "check"]),
 ]
 
 REMOVED: Any = object()  # in a CHECKPOINT_DESCRIPTIONS change: the key is left out

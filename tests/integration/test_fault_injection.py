@@ -296,3 +296,55 @@ def test_a_bad_timeout_variable_is_one_line() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "ZERO_COLLECTIVE_TIMEOUT='soon': not a positive number of seconds" in done.stderr
+
+
+# --- swap files changed between steps (issue 33, item 5): read back, checked, refused ---
+
+# kind -> (the category folder of the file changed, its first file's slot, the bytes of that slot's values)
+SWAPPED = {
+    "optimizer": ("optim.master", "group0.bucket0.sub0", 4 * (IN * IN + IN + IN * OUT + OUT)),  # the fp32 master
+    "param": ("param.partition", "group0.0", 2 * (IN * IN + IN)),  # the first Linear's bf16 partition
+}
+
+
+def _nvme_config(root: str, kind: str) -> dict[str, Any]:
+    nvme = {"device": "nvme", "nvme_path": root, "buffer_count": 4}
+    zero: dict[str, Any] = {"stage": 3 if kind == "param" else 2, "offload_optimizer": nvme}
+    if kind == "param":
+        zero["offload_param"] = {**nvme, "buffer_count": 3, "buffer_size": 4096, "max_in_cpu": 0}
+        zero["stage3_param_persistence_threshold"] = 0
+    return _config(precision="bf16" if kind == "param" else "fp32", zero_optimization=zero,
+                   optimizer={"type": "AdamW", "params": {"lr": 1e-3}})
+
+
+@pytest.mark.usefixtures("solo_process_group")
+@pytest.mark.parametrize("kind", list(SWAPPED))
+def test_a_swap_file_changed_between_steps_stops_training_naming_it(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                    kind: str) -> None:
+    import zlib
+
+    import zero_core
+    from zero_offload.swap import SwapError, SwapIntegrityError
+
+    monkeypatch.setenv("ZERO_SWAP_BUFFERED", "1")  # any file system: the check is the same as with O_DIRECT
+    dtype = torch.bfloat16 if kind == "param" else torch.float32
+    engine = zero_core.initialize(model=_model(dtype=dtype), config=_nvme_config(str(tmp_path), kind))[0]
+    x, y = _batch(0, 0, dtype)
+    _train_step(engine, x, y)
+    folder, slot, nbytes = SWAPPED[kind]
+    (rank,) = tmp_path.glob("zero-run-*/rank0")
+    victim = rank / folder / f"{slot}.swp"
+    data = bytearray(victim.read_bytes())
+    written = zlib.crc32(bytes(data[:nbytes]))
+    data[0:4] = bytes(b ^ 0xFF for b in data[0:4])  # another process's write into the file, between steps
+    victim.write_bytes(bytes(data))
+    with pytest.raises(SwapIntegrityError) as caught:
+        _train_step(engine, x, y)
+    assert str(caught.value) == (
+        f"swap file {victim} (slot {slot}, {nbytes} bytes at offset 0) was changed outside zero: its bytes read back "
+        f"have CRC-32 {zlib.crc32(bytes(data[:nbytes])):#010x}, zero wrote CRC-32 {written:#010x}. Training stops "
+        "rather than step from state that is not what was saved; no other process may write under this run's "
+        "zero-run-<id> directory in nvme_path (resume from the last checkpoint)")
+    with pytest.raises(SwapError, match="is unusable after an earlier failed transfer"):
+        _train_step(engine, x, y)  # nothing more is read from the run's swap files
+    engine.destroy()

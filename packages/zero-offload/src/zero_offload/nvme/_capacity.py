@@ -8,7 +8,7 @@ import zero_pin
 from zero_plugins.ds_config import ConfigError
 from zero_core.offload import OffloadPlan, OffloadSettings
 
-from ._run_dir import RUN_PREFIX, _tree_bytes
+from ._run_dir import RUN_PREFIX, tree_bytes
 
 
 def check_disk_space(plan: OffloadPlan, settings: OffloadSettings, root: Path) -> None:
@@ -19,7 +19,7 @@ def check_disk_space(plan: OffloadPlan, settings: OffloadSettings, root: Path) -
     """
     stats = os.statvfs(root)
     free = stats.f_bavail * stats.f_frsize
-    written = _tree_bytes(root / f"{RUN_PREFIX}{settings.run_id}") if settings.run_id else 0
+    written = tree_bytes(root / f"{RUN_PREFIX}{settings.run_id}") if settings.run_id else 0
     ranks = settings.local_world_size
     needed = plan.disk_bytes * ranks
     if needed > free + written:

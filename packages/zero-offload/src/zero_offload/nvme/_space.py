@@ -6,12 +6,15 @@ rank, its parameters' module and its kind. A failed transfer leaves the slot's f
 half-written: the space then refuses every later transfer, naming the first failure, so
 no step ever reads it back as if it were whole. A transfer that fails as it starts (the
 file cannot be opened or allocated) counts too: the step it belonged to has already
-written some of its sub-groups' slots and not the others.
+written some of its sub-groups' slots and not the others. Every read is checked against the
+CRC-32 of what was last written to its slot (_checksums.py): a file changed outside zero is a
+SwapIntegrityError naming it, and also leaves the space unusable.
 """
 from __future__ import annotations
 
 import hashlib
 import re
+from concurrent.futures import Future
 from pathlib import Path
 
 import torch
@@ -20,7 +23,8 @@ from zero_core.memory import MemoryLedger, Placement
 from zero_core.offload import SwapSlot, SwapSpace, SwapTransfer
 from zero_plugins import Category
 
-from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, padded_nbytes
+from ..swap import ALIGNMENT, SwapBackend, SwapError, aligned_empty, make_directory, padded_nbytes
+from ._checksums import SlotChecksums
 from ._run_dir import SwapDirectory
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -36,6 +40,7 @@ class NvmeSwapSpace(SwapSpace):
         self._slots: dict[str, SwapSlot] = {}
         self._paths: set[Path] = set()
         self._failure: BaseException | None = None
+        self._checksums = SlotChecksums()
 
     @property
     def slot_alignment(self) -> int:
@@ -64,6 +69,7 @@ class NvmeSwapSpace(SwapSpace):
     def close(self) -> None:
         """Remove the files (after the backend has finished what it was given) and uncount them."""
         self.backend.close()
+        self._checksums.close()
         self.directory.close()
         for slot in self._slots.values():
             self._ledger.release_extent(slot)
@@ -80,8 +86,9 @@ class NvmeSwapSpace(SwapSpace):
                             f"{slot.numel} x {slot.dtype} (or its {blocks} in whole {ALIGNMENT} B blocks)")
         try:
             if write:
-                return _Transfer(self, self.backend.write_async(tensor, slot.location))
-            return _Transfer(self, self.backend.read_async(tensor, slot.location))
+                summed = self._checksums.wrote(slot, tensor)  # before the write starts: the buffer is unchanged
+                return _Transfer(self, self.backend.write_async(tensor, slot.location), summed)
+            return _Transfer(self, self._checksums.read(slot, tensor, self.backend.read_async(tensor, slot.location)))
         except BaseException as error:  # failed before any data moved (open, fallocate): the step is cut short all the same
             self._failure = self._failure or error
             raise
@@ -90,8 +97,7 @@ class NvmeSwapSpace(SwapSpace):
         safe = _UNSAFE.sub("_", name).strip("._") or "tensor"
         if len(safe.encode()) > _NAME_LIMIT:  # keep the start and make it unique with a digest of the whole name
             safe = safe[: _NAME_LIMIT - 17] + "~" + hashlib.sha1(name.encode()).hexdigest()[:16]
-        folder = self.directory.path / category
-        folder.mkdir(exist_ok=True)
+        folder = make_directory(self.directory.path / category, f"the {category} swap files")
         path = folder / f"{safe}.swp"
         counter = 1
         while path in self._paths:  # two names that differ only in characters a file name cannot hold
@@ -102,13 +108,20 @@ class NvmeSwapSpace(SwapSpace):
 
 
 class _Transfer:
-    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer) -> None:
+    """A write (complete once its checksum is taken too), or a read waited for and checked on a checksum thread."""
+
+    def __init__(self, space: NvmeSwapSpace, handle: SwapTransfer | Future[object], summed: Future[int] | None = None
+                 ) -> None:
         self._space = space
         self._handle = handle
+        self._summed = summed
 
     def wait(self) -> object:
         try:
-            return self._handle.wait()
+            moved = self._handle.result() if isinstance(self._handle, Future) else self._handle.wait()
+            if self._summed is not None:
+                self._summed.result()  # the buffer may be reused only once it is summed
+            return moved
         except BaseException as error:
             self._space._failure = self._space._failure or error
             raise

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._buffers import (
         ALIGNMENT as ALIGNMENT,
         aligned_empty as aligned_empty,
+        byte_view as byte_view,
         padded_nbytes as padded_nbytes,
     )
     from ._cli import add_swap_arguments as add_swap_arguments, swap_command as swap_command
@@ -26,8 +27,17 @@ if TYPE_CHECKING:
     from ._errors import (
         DirectIOUnsupportedError as DirectIOUnsupportedError,
         SwapError as SwapError,
+        SwapIntegrityError as SwapIntegrityError,
         SwapIOError as SwapIOError,
+        SwapLinkError as SwapLinkError,
         UnalignedBufferError as UnalignedBufferError,
+    )
+    from ._links import (
+        NO_FOLLOW as NO_FOLLOW,
+        make_directory as make_directory,
+        open_directory as open_directory,
+        remove_tree as remove_tree,
+        what_is_there as what_is_there,
     )
     from ._report import (
         SWAP_REPORT_KEY as SWAP_REPORT_KEY,

@@ -16,6 +16,7 @@ that a disk whose speed drifts favours neither; the figures are medians over the
 """
 from __future__ import annotations
 
+import errno
 import os
 import statistics
 import sys
@@ -30,6 +31,7 @@ from zero_plugins import check_writable_directory
 from ._buffers import ALIGNMENT, aligned_empty, byte_view
 from ._direct import O_DIRECT, check_direct_io, filesystem_type
 from ._errors import SwapError, SwapIOError
+from ._links import NO_FOLLOW, link_refusal, what_is_there
 from ._select import get_swap_backend
 from ._units import format_bytes
 
@@ -54,13 +56,16 @@ class _Files:
     def __init__(self, directory: str) -> None:
         stem = os.path.join(directory, f"zero-swap-bench-{os.getpid()}")
         self.raw, self.backend = f"{stem}-raw.bin", f"{stem}-backend.bin"
+        for path in (self.raw, self.backend):  # the bench removes its files: none may be someone else's
+            found = what_is_there(path)
+            if found is not None:
+                raise SwapError(f"--path: {path} already exists (a {found}); zero swap bench writes and removes files "
+                                "of that name, so remove it or pass another --path")
 
     def remove(self, *paths: str) -> None:
         for path in paths or (self.raw, self.backend):
-            try:
+            if what_is_there(path) == "file":  # a link put there meanwhile is not ours to remove
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
 
     def __enter__(self) -> _Files:
         return self
@@ -116,9 +121,14 @@ class _Buffer:
 def _raw(path: str, buffer: _Buffer, size: int, write: bool, buffered: bool) -> _Timing:
     """Seconds (wall, CPU) for one thread to write (or read) `size` bytes sequentially in 8 MiB O_DIRECT blocks."""
     flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC if write else os.O_RDONLY) | (0 if buffered else O_DIRECT)
+    flags |= NO_FOLLOW
     view, length = buffer.view, len(buffer.view)
     started, cpu = time.perf_counter(), time.process_time()
-    fd = os.open(path, flags, 0o600)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        raise (link_refusal(path) if error.errno == errno.ELOOP else
+               SwapIOError(path, "open", f"{error.strerror} [errno {error.errno}]", error.errno)) from None
     try:
         offset = 0
         while offset < size:

@@ -20,6 +20,8 @@ import errno
 import os
 import threading
 
+from zero_plugins import env_flag
+
 from ._errors import DirectIOUnsupportedError
 
 BUFFERED_ENV = "ZERO_SWAP_BUFFERED"
@@ -34,8 +36,8 @@ _checked: dict[int, str | None] = {}  # st_dev -> why O_DIRECT is unusable there
 
 
 def buffered_from_env() -> bool:
-    value = os.environ.get(BUFFERED_ENV, "").strip().lower()
-    return value not in ("", "0", "false", "no", "off")
+    """ZERO_SWAP_BUFFERED as zero_plugins.env_flag reads it (default off); a value it does not accept is an error."""
+    return env_flag(BUFFERED_ENV, False)
 
 
 def filesystem_type(path: str) -> str | None:

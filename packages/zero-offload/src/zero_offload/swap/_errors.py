@@ -16,6 +16,14 @@ class DirectIOUnsupportedError(SwapError):
     """The swap path cannot do O_DIRECT (tmpfs, some network or FUSE file systems)."""
 
 
+class SwapLinkError(SwapError):
+    """A link (or another kind of file) where a swap directory or file should be: refused, never followed."""
+
+
+class SwapIntegrityError(SwapError):
+    """A swap file read back with other bytes than this run wrote into it: changed outside zero."""
+
+
 class SwapIOError(SwapError):
     """A system call of a swap read or write failed; the data of that request is incomplete.
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ._buffers import check_offset, check_swappable
 from ._direct import O_DIRECT, check_direct_io, einval_message
 from ._errors import DirectIOUnsupportedError, SwapError, SwapIOError
+from ._links import NO_FOLLOW, link_refusal
 
 if TYPE_CHECKING:
     import torch
@@ -30,8 +31,10 @@ def prepare(tensor: object, path: str | os.PathLike[str], offset: int, *, write:
         check_direct_io(directory)
     flags = (os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY) | (0 if buffered else O_DIRECT) | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags | NO_FOLLOW, 0o600)  # a link at a swap file's name is refused, never followed
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise link_refusal(path) from None
         if error.errno == errno.EINVAL and not buffered:
             raise DirectIOUnsupportedError(einval_message(path)) from None
         mode = "O_WRONLY|O_CREAT" if write else "O_RDONLY"
