@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from zero_plugins import ZeroError
 
 from ...accelerator import get_accelerator
 from ...stage3 import GatheredParameters, Init, register_external_parameter
@@ -32,6 +33,10 @@ def zero_wrapper_for_fp_tensor_constructor(fn: Callable[..., torch.Tensor], targ
                                            target_device: torch.device | None = None) -> Callable[..., torch.Tensor]:
     """`fn` creating its tensor on `target_device` unless the call names a device, with a floating result cast to
     `target_fp_dtype` (None: kept), as DeepSpeed's Init creates tensors."""
+    if target_fp_dtype is not None and not (isinstance(target_fp_dtype, torch.dtype)
+                                            and target_fp_dtype.is_floating_point):
+        raise ZeroError(f"zero_wrapper_for_fp_tensor_constructor(target_fp_dtype={target_fp_dtype!r}): give a "
+                        "floating torch.dtype such as torch.bfloat16, or None to keep the dtype")
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> torch.Tensor:
