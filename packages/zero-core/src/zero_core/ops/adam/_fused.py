@@ -20,7 +20,7 @@ class FusedAdam(torch.optim.Adam):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, adam_w_mode: bool = True,
                  weight_decay: float = 0.0, amsgrad: bool = False, set_grad_none: bool = True) -> None:
         """DeepSpeed's arguments and defaults (weight decay 0, AdamW unless `adam_w_mode=False`)."""
-        if bias_correction is not True:
+        if not bias_correction:
             raise ZeroError("zero_core.ops.adam.FusedAdam(bias_correction=False) is not supported: torch's Adam "
                             "always corrects the moments' bias; drop bias_correction")
         if amsgrad:

@@ -35,7 +35,7 @@ def zero_wrapper_for_fp_tensor_constructor(fn: Callable[..., torch.Tensor], targ
     `target_fp_dtype` (None: kept), as DeepSpeed's Init creates tensors."""
     if target_fp_dtype is not None and not (isinstance(target_fp_dtype, torch.dtype)
                                             and target_fp_dtype.is_floating_point):
-        raise ZeroError(f"zero_wrapper_for_fp_tensor_constructor(target_fp_dtype={target_fp_dtype!r}): give a "
+        raise ZeroError(f"zero_wrapper_for_fp_tensor_constructor: target_fp_dtype is {target_fp_dtype!r}; give a "
                         "floating torch.dtype such as torch.bfloat16, or None to keep the dtype")
 
     @functools.wraps(fn)
