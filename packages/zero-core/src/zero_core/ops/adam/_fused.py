@@ -13,6 +13,7 @@ import torch
 from zero_plugins import ZeroError
 
 ParamsArg = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
+ParamList = list[torch.Tensor] | list[dict[str, Any]]
 
 
 class FusedAdam(torch.optim.Adam):
@@ -26,7 +27,7 @@ class FusedAdam(torch.optim.Adam):
         if amsgrad:
             raise ZeroError("zero_core.ops.adam.FusedAdam(amsgrad=True) is not supported (nor by DeepSpeed's "
                             "FusedAdam); use torch.optim.AdamW(amsgrad=True)")
-        listed = list(params)
+        listed: ParamList = list(params)  # type: ignore[assignment]  # one kind throughout, as torch requires
         on_cuda = _all_on_cuda(listed)
         super().__init__(listed, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          decoupled_weight_decay=adam_w_mode, fused=on_cuda or None, foreach=not on_cuda or None)
@@ -38,7 +39,7 @@ class FusedAdam(torch.optim.Adam):
         super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
 
 
-def _all_on_cuda(params: list[Any]) -> bool:
+def _all_on_cuda(params: ParamList) -> bool:
     """Whether every tensor among `params` (tensors, or param-group dicts) is on a CUDA device."""
     tensors: list[torch.Tensor] = []
     for entry in params:
