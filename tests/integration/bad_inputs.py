@@ -4,6 +4,8 @@ CONFIGS: ds_config dicts for zero_plugins.ds_config.load_config -> the JSON path
 SOURCES: what load_config is given instead of a ds_config (a file's bytes, or another object) -> a word
 the message must hold. CLI: `zero ARGS` -> the flag, file or key the error must name (exit status 2).
 ENV: `zero ARGS` with one environment variable set -> the variable the error must name.
+DEEPSPEED_CALLS: calls of DeepSpeed's names under zero_core ("module:path", the path's "()" segments called
+with no arguments) with keyword arguments (None: the name is only looked up) -> a word the ZeroError must hold.
 CHECKPOINT_DESCRIPTIONS: changes to a valid zero_checkpoint.json (REMOVED removes the key) -> the key the
 CheckpointError must name. CHECKPOINT_MANIFESTS: the bytes of a tag's zero_manifest.json -> a word the
 problem must hold.
@@ -459,4 +461,25 @@ CHECKPOINT_MANIFESTS: list[tuple[bytes, str]] = [
     (b'{"format": 1, "hash": "blake2b", "files": {"a": {"bytes": 1, "blake2b": "' + b"0" * 128 + b'"}}}',
      "a is missing"),
     (b"\xff\xfe", "UTF-8"),
+]
+
+# DeepSpeed's names under zero_core (docs/integrations.md, "DeepSpeed names"), called as DeepSpeed programs call them.
+_CPU_SET_DEVICE = "zero_core.accelerator.cpu:CpuAccelerator().set_device"
+_WRAPPER = "zero_core.runtime.zero.partition_parameters:zero_wrapper_for_fp_tensor_constructor"
+DEEPSPEED_CALLS: list[tuple[str, dict[str, Any] | None, str]] = [
+    ("zero_core.ops.adam:FusedAdam", {"params": [], "bias_correction": False}, "bias_correction"),
+    ("zero_core.ops.adam:FusedAdam", {"params": [], "amsgrad": True}, "amsgrad"),
+    ("zero_core.ops.lion:FusedLion", None, "FusedLion"),
+    ("zero_core.utils:log_dist", {"message": "m", "ranks": "0"}, "ranks"),
+    ("zero_core.utils:log_dist", {"message": "m", "ranks": [0.5]}, "ranks"),
+    ("zero_core.utils:log_dist", {"message": "m", "ranks": [True]}, "ranks"),
+    ("zero_core.utils:log_dist", {"message": "m", "ranks": ["0"]}, "ranks"),
+    ("zero_core.utils:log_dist", {"message": "m", "ranks": [None]}, "ranks"),
+    (_CPU_SET_DEVICE, {"device_index": -1}, "set_device"),
+    (_CPU_SET_DEVICE, {"device_index": "1"}, "set_device"),
+    (_CPU_SET_DEVICE, {"device_index": 1.0}, "set_device"),
+    (_CPU_SET_DEVICE, {"device_index": True}, "set_device"),
+    (_CPU_SET_DEVICE, {"device_index": None}, "set_device"),
+    (_WRAPPER, {"fn": len, "target_fp_dtype": "bfloat16"}, "target_fp_dtype"),
+    (_WRAPPER, {"fn": len, "target_fp_dtype": 16}, "target_fp_dtype"),
 ]

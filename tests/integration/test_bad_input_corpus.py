@@ -17,7 +17,8 @@ import pytest
 from zero_plugins.ds_config import ConfigError, load_config
 
 from bad_inputs import (
-    CHECKPOINT_DESCRIPTION, CHECKPOINT_DESCRIPTIONS, CHECKPOINT_MANIFESTS, CLI, CONFIGS, ENV, FILES, REMOVED, SOURCES,
+    CHECKPOINT_DESCRIPTION, CHECKPOINT_DESCRIPTIONS, CHECKPOINT_MANIFESTS, CLI, CONFIGS, DEEPSPEED_CALLS, ENV, FILES,
+    REMOVED, SOURCES,
     SPECIAL_FILES,
 )
 from zero_plugins import MAX_CONFIG_BYTES
@@ -158,6 +159,28 @@ def test_damaged_manifests_read_as_a_damaged_tag(tmp_path: Path, content: bytes,
     assert integrity is Integrity.DAMAGED and len(problems) == 1, problems
     _one_line(problems[0])
     assert word in problems[0] and "zero_manifest.json" in problems[0], problems[0]
+
+
+@pytest.mark.parametrize(("target", "kwargs", "word"), DEEPSPEED_CALLS,
+                         ids=[f"deepspeed-{i}-{word}" for i, (_, _, word) in enumerate(DEEPSPEED_CALLS)])
+def test_bad_calls_of_deepspeeds_names_are_one_zero_error(target: str, kwargs: dict[str, Any] | None,
+                                                          word: str) -> None:
+    import importlib
+
+    from zero_plugins import ZeroError
+
+    module, path = target.split(":")
+    with pytest.raises(ZeroError) as caught:
+        found: Any = importlib.import_module(module)
+        for name in path.split("."):
+            found = getattr(found, name.removesuffix("()"))
+            if name.endswith("()"):
+                found = found()
+        if kwargs is not None:
+            found(**kwargs)
+    message = str(caught.value)
+    _one_line(message)
+    assert word in message, message
 
 
 def test_the_corpus_is_large() -> None:

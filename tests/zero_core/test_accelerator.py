@@ -116,8 +116,8 @@ class TestCpuAccelerator:
         assert self.cpu.device() == torch.device("cpu")
         assert self.cpu.device_count() == 1
         assert self.cpu.supported_dtypes() == [torch.float32, torch.bfloat16, torch.float16]
-        with pytest.raises(ValueError, match="one device"):
-            self.cpu.set_device(1)
+        self.cpu.set_device(1)  # DeepSpeed's CPU accelerator ignores the index: every rank's device is the host
+        assert self.cpu.current_device() == 0
 
     def test_manual_seed_is_reproducible(self):
         self.cpu.manual_seed(7)

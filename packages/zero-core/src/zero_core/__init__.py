@@ -17,6 +17,9 @@ if TYPE_CHECKING:
         accelerator as accelerator,
         checkpointing as checkpointing,
         comm as comm,
+        compression as compression,
+        ops as ops,
+        runtime as runtime,
         utils as utils,
         zero as zero,
     )

@@ -63,6 +63,10 @@ class Accelerator(abc.ABC):
     @abc.abstractmethod
     def manual_seed(self, seed: int) -> None: ...
 
+    def manual_seed_all(self, seed: int) -> None:
+        """DeepSpeed's seed for every device of this kind; with one generator, seeding it is seeding all."""
+        self.manual_seed(seed)
+
     def copy_stream(self) -> CopyStream:
         """A new stream for one offload device's copies between host and device, which overlap compute where the
         accelerator has streams. This base's copies are complete when the call that issues them returns."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zero_pin
+from zero_plugins import ZeroError
 
 from ..memory.active import active_tracker
 from . import _host_memory
@@ -31,6 +32,13 @@ class CpuAccelerator(SingleDeviceAccelerator):
 
     def device_name(self, device_index: int | None = None) -> str:
         return "cpu"
+
+    def set_device(self, device_index: int) -> None:
+        """Every rank's device is the host: DeepSpeed's CPU accelerator ignores the index, as programs that call
+        `set_device(local_rank)` on every rank need. A negative index names no device and is refused."""
+        if isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0:
+            raise ZeroError(f"the cpu accelerator's set_device takes a device index >= 0, such as the "
+                            f"LOCAL_RANK (got {device_index!r})")
 
     def memory_allocated(self, device_index: int | None = None) -> int:
         return self._allocated(peak=False)

@@ -41,6 +41,9 @@ class CudaAccelerator(Accelerator):
     def manual_seed(self, seed: int) -> None:
         torch.cuda.manual_seed(seed)
 
+    def manual_seed_all(self, seed: int) -> None:
+        torch.cuda.manual_seed_all(seed)
+
     def copy_stream(self) -> CudaCopyStream:
         return CudaCopyStream(self.device(self.current_device()))
 
