@@ -20,17 +20,11 @@ class ThroughputTimer:
     def __init__(self, batch_size: int, *, synchronize: Callable[[], None], start_step: int = 2,
                  steps_per_output: int | None = None) -> None:
         """`batch_size`: samples per optimizer step (the engine's `train_batch_size()`)."""
-        self.batch_size = batch_size
-        self.start_step = start_step
-        self.steps_per_output = steps_per_output
         self._synchronize = synchronize
-        self.started = False
-        self.initialized = False
-        self.start_time = 0.0
-        self.end_time = 0.0
-        self.epoch_count = 0
-        self.micro_step_count = 0
-        self.global_step_count = 0
+        self.batch_size, self.start_step, self.steps_per_output = batch_size, start_step, steps_per_output
+        self.started = self.initialized = False
+        self.start_time = self.end_time = 0.0  # wall-clock seconds (time.time), 0: not timing
+        self.epoch_count = self.micro_step_count = self.global_step_count = 0
         self.total_elapsed_time = 0.0  # seconds over the timed steps (those from start_step on)
         self.step_elapsed_time = 0.0  # seconds since the last optimizer step
 
