@@ -7,9 +7,8 @@
   backward and step is refused.
 - `_zero3_consolidated_16bit_state_dict()`: rank 0 gets module_state_dict's weights, tied ones one tensor; None on
   rank 1; `exclude_frozen_parameters` drops frozen names.
-- `zero_gather_16bit_weights_on_model_save()` echoes the config; partitioned parameters carry DeepSpeed's sizes
-  (`ds_numel`, `ds_shape`, what transformers reads) but not `ds_id`, which DeepSpeed's own code takes to mean one of
-  its parameters (and then calls its methods).
+- `zero_gather_16bit_weights_on_model_save()` echoes the config; stage-3 parameters carry DeepSpeed's `ds_id` and
+  sizes (`ds_numel`, what transformers reads); stages 0-2 set none (test_stage3_ds_attributes.py checks the rest).
 """
 from __future__ import annotations
 
@@ -163,9 +162,9 @@ def test_consolidated_state_dict_on_rank_0_with_tied_weights_shared(
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_gather_on_save_echoes_the_config_and_partitioned_parameters_carry_their_sizes(
+def test_gather_on_save_echoes_the_config_and_stage_3_parameters_carry_ds_id_and_sizes(
         consolidated, stage: int) -> None:  # type: ignore[no-untyped-def]
     result = consolidated[0][stage]
     assert result["gather_on_save"] is (stage == 3)
-    expected = [(False, 36), (False, 36), (False, 6)] if stage == 3 else [(False, None)] * 3  # tied: listed once
+    expected = [(True, 36), (True, 36), (True, 6)] if stage == 3 else [(False, None)] * 3  # tied: listed once
     assert result["ds_ids"] == expected

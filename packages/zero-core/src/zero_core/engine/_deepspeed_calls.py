@@ -43,6 +43,16 @@ class DeepSpeedCalls:
     _moves: StateMover
     _boundary_override: bool | None
 
+    def steps_per_print(self) -> int | None:
+        """The config's `steps_per_print` (None: never; DeepSpeed 0.19's default); tput_timer logs at that interval."""
+        return self.zero_config.steps_per_print
+
+    def compile(self, *args: object, **kwargs: object) -> None:
+        """Refused: DeepSpeed's `engine.compile()` (which accelerate calls when its dynamo plugin is on) compiles
+        the engine's forward with its hooks; torch.nn.Module's would compile around zero's gathering hooks."""
+        raise ZeroError("engine.compile() (DeepSpeed's torch.compile of the engine) is not supported by zero; run "
+                        "without it (accelerate: dynamo_backend 'no', the Trainer: torch_compile=False)")
+
     def is_gradient_accumulation_boundary(self) -> bool:
         """Whether the current micro-batch's backward reduces and its step applies: the override, else the count."""
         if self._boundary_override is not None:

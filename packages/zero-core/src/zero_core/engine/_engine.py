@@ -22,6 +22,7 @@ from ._inputs import LossWatch, TrainableSet, check_batch, check_loss, check_lr_
 from ._preflight import WRAPPED_ATTRIBUTE
 from ._skips import SkippedSteps
 from ._state_moves import StateMover
+from ._throughput import ThroughputTimer
 from ._usage import CallOrder
 from ._whole_step import InterruptsHeld, half_applied
 
@@ -53,8 +54,11 @@ class EngineParts:
 class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
     """Wraps the model. Call `step()` after every `backward()`: it steps the optimizer only at
     the gradient-accumulation boundary, as DeepSpeed's does. Attributes the engine lacks are
-    looked up on the model, so `engine.generate(...)` or `engine.config` reach a Hugging Face model.
+    looked up on the model, so `engine.generate(...)` reaches a Hugging Face model; `engine.config`
+    is DeepSpeed's (the ds_config `initialize` was given), the model's is `engine.module.config`.
     """
+
+    config: Any  # set by initialize
 
     def __init__(self, parts: EngineParts) -> None:
         super().__init__()
@@ -91,6 +95,8 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._losses = LossWatch()
         self._pinning = PinningPerStep()
         self._interrupts: InterruptsHeld | None = None  # held from a backward that steps until its step() ends
+        self.tput_timer = ThroughputTimer(self.train_batch_size(), synchronize=get_accelerator().synchronize,
+                                          steps_per_output=parts.config.steps_per_print)
 
     @property
     def progress(self) -> RankProgress:
@@ -111,6 +117,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         except ZeroError as error:
             self._post_failure("forward", error)
             raise
+        self.tput_timer.start()  # DeepSpeed starts it in its data loader instead when it built one; ours does not
         with self.ledger.phase("forward"), self._passes.forward():
             return self.module(*args, **kwargs)
 
@@ -172,7 +179,8 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         check_lr_kwargs(self.lr_scheduler, lr_kwargs)
         self._order.step()
         self._step_applied = False
-        if self.is_gradient_accumulation_boundary():
+        boundary = self.is_gradient_accumulation_boundary()
+        if boundary:
             self._saver.wait_for_snapshot()  # an asynchronous save still copying the weights the step changes
             interrupts, self._interrupts = self._interrupts or InterruptsHeld(f"step {self.global_steps + 1}"), None
             with interrupts:
@@ -180,6 +188,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
             self._order.accumulated = 0
         else:
             self._order.accumulated += 1
+        self.tput_timer.stop(global_step=boundary, report_speed=self.global_rank == 0)
         self.micro_steps += 1
 
     def _release_interrupts(self, error: BaseException) -> None:

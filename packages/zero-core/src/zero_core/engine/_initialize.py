@@ -58,6 +58,8 @@ def initialize(
     ensure_process_group(get_accelerator(), dist_init_required)
     loaded = load_config(source, world_size=dist.get_world_size())
     engine = assemble_engine(model, loaded, optimizer, model_parameters, lr_scheduler, training_data, collate_fn)
+    # DeepSpeed's engine.config: the ds_config as given (the Trainer reads `engine.config.get("zero_optimization")`)
+    engine.config = source
     # zero_core.checkpointing follows the block when the config has one (docs/activations.md).
     if loaded.activation_checkpointing is not None:
         checkpointing.configure(None, deepspeed_config=loaded)

@@ -36,6 +36,7 @@ from ..sharding import (
     split_into_buckets,
 )
 from ._coordinator import GatherCoordinator
+from ._ds_attributes import mark_persistent
 from ._held import HeldMemoryDetector
 from ._hooks import ModuleHooks
 from ._params import Stage3Params
@@ -65,6 +66,7 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
     if context.homes.partition_space is not None:  # the plan's partitions in swap files: read ahead a buffer each
         coordinator.read_ahead_units, _ = context.policy.plan.swap_budget(Copy.PARAM_PARTITION)
     hooks = ModuleHooks(model, units, coordinator, memory_efficient_linear=bool(zero.memory_efficient_linear))
+    mark_persistent(p for p in model.parameters() if unit_of(p) is None)  # in their flat buckets by now
     return ShardedState(groups, buckets, GatheringPasses(model, coordinator, hooks, context.rank))
 
 

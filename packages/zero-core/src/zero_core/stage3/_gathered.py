@@ -3,7 +3,8 @@
 For inspection, or for changing weights in place: with `modifier_rank` set, that rank's
 values are broadcast when the block ends and every rank takes its shard of them (and
 refreshes its fp32 master copy, if the engine keeps one). Every rank must enter the block
-(it all-gathers). Parameters that are not partitioned pass through untouched.
+(it all-gathers). Parameters that are not partitioned pass through untouched, and `None` entries
+are skipped, as in DeepSpeed (transformers passes a missing bias, in `resize_token_embeddings`).
 """
 from __future__ import annotations
 
@@ -20,17 +21,19 @@ from ._unit import ParamUnit, unit_of
 class GatheredParameters:
     def __init__(
         self,
-        params: torch.nn.Parameter | Iterable[torch.nn.Parameter],
+        params: torch.nn.Parameter | Iterable[torch.nn.Parameter | None],
         modifier_rank: int | None = None,
         fwd_module: torch.nn.Module | None = None,
         *,
         enabled: bool = True,
     ) -> None:
         """`fwd_module` is accepted for DeepSpeed compatibility and not needed here."""
-        found = [params] if isinstance(params, torch.Tensor) else list(params)
+        given = [params] if isinstance(params, torch.Tensor) else list(params)
+        found = [param for param in given if param is not None]
         for param in found:
             if not isinstance(param, torch.Tensor):
-                raise ZeroError(f"GatheredParameters takes parameters, got {type(param).__name__}")
+                raise ZeroError(f"GatheredParameters takes parameters (or None, which it skips), got "
+                                f"{type(param).__name__}")
         self._units: list[ParamUnit] = list({u: None for p in found if (u := unit_of(p)) is not None})
         if modifier_rank is not None and self._units:
             world = self._units[0].comm.world_size

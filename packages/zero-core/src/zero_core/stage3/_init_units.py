@@ -19,6 +19,7 @@ import torch
 from ..comm import Collectives
 from ..memory import MemoryLedger
 from ..sharding import DeviceHome
+from ._ds_attributes import mark_persistent
 from ._init_agreement import InitAgreement
 from ._init_stale import StaleBuffer, StaleBuffers
 from ._partition import Partitions
@@ -47,7 +48,9 @@ class InitUnits:
 
         `assigned`: the values were assigned by the caller (loaded weights, _init_meta.py), who still holds them.
         """
-        params = list(dict.fromkeys(p for p in params if unit_of(p) is None and p.numel() > self._threshold))
+        whole = list(dict.fromkeys(p for p in params if unit_of(p) is None))
+        mark_persistent(p for p in whole if p.numel() <= self._threshold)  # DeepSpeed's ds_id etc. (persistent)
+        params = [p for p in whole if p.numel() > self._threshold]
         if not params:
             return
         self.agreement.unit(name, params)  # before the broadcasts that a different model would mismatch
@@ -59,14 +62,14 @@ class InitUnits:
                         # into it would copy its pages, which stay until the whole file is closed
                         param.data = torch.empty_like(param.data)
                     self._comm.broadcast(param.data)
-        whole = [weakref.ref(p.data.untyped_storage()) for p in params]
+        storages = [weakref.ref(p.data.untyped_storage()) for p in params]
         for dtype in dict.fromkeys(p.dtype for p in params):
             same = [p for p in params if p.dtype == dtype]
             unit = ParamUnit(name, same, self._comm, dtype=dtype, ledger=self._ledger, device=self._device,
                              partitions=self._partitions)
             self._versions[unit] = 0
         if not assigned:  # the caller holds assigned tensors anyway: waiting for gloo to drop them gains nothing
-            _await_release(whole)
+            _await_release(storages)
 
     def is_ours(self, unit: ParamUnit) -> bool:
         return unit in self._versions

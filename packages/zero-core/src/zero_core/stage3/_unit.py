@@ -26,6 +26,8 @@ from ..accelerator import COMPLETED, Transfer
 from ..comm import Collectives, Work
 from ..memory import MemoryLedger
 from ..sharding import FlatLayout, MasterCopy
+from ._ds_attributes import mark_partitioned, set_status
+from ._param_status import ZeroParamStatus
 from ._partition import Partition, Partitions
 from ._unit_swap import SwappedShard
 
@@ -59,15 +61,11 @@ class ParamUnit:
         self._empty = torch.empty(0, dtype=dtype, device=device)
         self.partition: Partition = partitions.make(name, self.layout, comm.rank, dtype, swap_name=swap_name or name,
                                                     master=master)
+        # DeepSpeed's attributes (ds_id, ds_status, ds_numel, ds_shape, ds_tensor), read by programs written for it.
+        mark_partitioned(self.layout, self.partition, comm.rank)
         for slot in self.layout.slots:
-            param = slot.param
-            # Attributes torch.nn.Parameter does not declare: DeepSpeed's sizes, read by zero-estimate, the Trainer
-            # and users' code, and the unit (unit_of). Not `ds_id`: DeepSpeed's code (its F.linear patch, engine,
-            # module_inject) takes it to mean a DeepSpeed parameter and then calls ds_status, all_gather(), ds_tensor.
-            setattr(param, "ds_numel", slot.numel)
-            setattr(param, "ds_shape", slot.shape)
-            setattr(param, "_zero_unit", self)
-            param.data = self._empty
+            setattr(slot.param, "_zero_unit", self)  # unit_of (an attribute torch.nn.Parameter does not declare)
+            slot.param.data = self._empty
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
@@ -98,6 +96,7 @@ class ParamUnit:
         with self._copy.after():
             self._work = self.comm.all_gather(self.buffer, own, async_op=True)
         self.state = UnitState.GATHERING
+        set_status(self.layout, ZeroParamStatus.INFLIGHT)
 
     def wait(self) -> None:
         """Finish the all-gather and point every parameter at its piece of the buffer."""
@@ -110,6 +109,7 @@ class ParamUnit:
         self.state = UnitState.GATHERED
         for slot in self.layout.slots:
             slot.param.data = self.buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
+            setattr(slot.param, "ds_status", ZeroParamStatus.AVAILABLE)
 
     def free(self) -> weakref.ref[torch.UntypedStorage]:
         """Empty the parameters and drop the buffer; returns a weak reference to the buffer's storage."""
@@ -117,6 +117,7 @@ class ParamUnit:
         assert self.buffer is not None
         for slot in self.layout.slots:
             slot.param.data = self._empty
+            setattr(slot.param, "ds_status", ZeroParamStatus.NOT_AVAILABLE)
         storage = weakref.ref(self.buffer.untyped_storage())
         self.buffer = None
         self.state = UnitState.PARTITIONED
