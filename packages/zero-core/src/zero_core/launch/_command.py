@@ -76,6 +76,7 @@ def _check(args: argparse.Namespace) -> None:
         raise LaunchError("--run-path runs the program inside torchrun's own workers, whose arguments torchrun sets "
                           "after start-up, so zero launch cannot add --local_rank=<n>; leave out --run-path, or add "
                           "--no_local_rank")
+    _check_nproc(args.nproc_per_node)
     if args.module or args.no_python:
         return
     program = Path(args.training_script)
@@ -84,6 +85,19 @@ def _check(args: argparse.Namespace) -> None:
                           "path of the Python program to run, or --module NAME to run a module")
     if not program.is_file():
         raise LaunchError(f"{args.training_script} is not a file; give the path of the Python program to run")
+
+
+def _check_nproc(value: str) -> None:
+    """torchrun reads --nproc_per_node only once the agent starts, and a bad one is a traceback there."""
+    from torch.distributed.run import determine_local_world_size
+
+    try:
+        count = determine_local_world_size(value)
+    except ValueError as error:
+        raise LaunchError(f"--nproc_per_node {value}: {error}; give a number of processes per node, or auto, cpu "
+                          "or gpu") from error
+    if count < 1:
+        raise LaunchError(f"--nproc_per_node {value}: must be at least 1 process per node")
 
 
 @contextlib.contextmanager
