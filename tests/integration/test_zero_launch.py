@@ -28,6 +28,7 @@ import zero_core
 from cli_helpers import run_zero
 from multirank import run_ranks
 from zero_core.launch._alias import DeepSpeedAlias, target_name
+from zero_core.launch._command import SITE_FOLDER
 from zero_core.launch._distribution import ZeroAsDeepSpeed
 
 pytestmark = pytest.mark.timeout(120)
@@ -197,6 +198,19 @@ def test_a_failed_rank_is_the_launchers_exit_status(tmp_path: Path) -> None:
     result = run_zero("launch", "--nproc_per_node", "1", str(program), timeout=60)
     assert result.returncode == 3, result.stderr
     assert "exitcode  : 3" in result.stderr
+
+
+def test_the_ranks_get_the_launch_environment_and_the_launcher_keeps_its_own(tmp_path: Path) -> None:
+    program = tmp_path / "show.py"
+    program.write_text("import os\nprint(os.environ['PYTHONPATH'].split(os.pathsep)[0])\n")
+    # torchrun's agent sets variables of its own (TORCHELASTIC_SIGNALS_TO_HANDLE): zero launch's are compared
+    code = ("import os, zero_core.launch\n"
+            "ours = lambda: [os.environ.get(name) for name in ('PYTHONPATH', 'ZERO_LAUNCH_LOCAL_RANK_ARGUMENT')]\n"
+            f"before = ours()\nstatus = zero_core.launch.launch(['--nproc_per_node', '1', {str(program)!r}])\n"
+            "print(status, ours() == before)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.stdout.splitlines() == [str(SITE_FOLDER), "0 True"], done.stderr
 
 
 NOTEBOOK = ("import zero_core.launch; zero_core.launch.as_deepspeed(); zero_core.launch.as_deepspeed()\n"

@@ -103,21 +103,26 @@ def _check_nproc(value: str) -> None:
 @contextlib.contextmanager
 def _launch_environment(pass_local_rank: bool) -> Iterator[None]:
     """The variables the ranks inherit, set for the run and restored after it."""
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", LOCAL_RANK_ARGUMENT)}
-    entries = [entry for entry in (saved["PYTHONPATH"] or "").split(os.pathsep) if entry]
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE_FOLDER), *(e for e in entries if e != str(SITE_FOLDER))])
-    if pass_local_rank:
-        os.environ[LOCAL_RANK_ARGUMENT] = "1"
-    else:
-        os.environ.pop(LOCAL_RANK_ARGUMENT, None)
+    entries = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    before = _set_environment({
+        "PYTHONPATH": os.pathsep.join([str(SITE_FOLDER), *(e for e in entries if e != str(SITE_FOLDER))]),
+        LOCAL_RANK_ARGUMENT: "1" if pass_local_rank else None,
+    })
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environment(before)
+
+
+def _set_environment(values: dict[str, str | None]) -> dict[str, str | None]:
+    """Sets each variable (None: unsets it); returns the values they had, in the same form."""
+    before = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return before
 
 
 def _exit_status(exitcode: int) -> int:
