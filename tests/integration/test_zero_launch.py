@@ -6,6 +6,7 @@
 - Only the processes it starts see the alias (and the processes they start, without --local_rank); plain
   `python` sees the installed DeepSpeed or none; a sitecustomize the launcher's hides still runs.
 - `python -m zero_core.launch` is the same command; a failed rank's exit status is the launcher's.
+- Two agents on localhost (`--nnodes 2`, c10d rendezvous) train to the losses of one node with 2 processes.
 - `zero_core.launch.as_deepspeed()` aliases one process, once, and refuses one that imported DeepSpeed already.
 - An installed DeepSpeed is set aside, said once on stderr.
 """
@@ -26,7 +27,7 @@ import pytest
 
 import zero_core
 from cli_helpers import run_zero
-from multirank import run_ranks
+from multirank import free_port, run_ranks
 from zero_core.launch._alias import DeepSpeedAlias, target_name
 from zero_core.launch._command import SITE_FOLDER
 from zero_core.launch._distribution import ZeroAsDeepSpeed
@@ -124,14 +125,26 @@ def _reference(rank: int, world_size: int, program: str) -> dict[str, Any]:
     return train(zero_core, rank)  # `import zero_core as deepspeed`
 
 
-def test_a_deepspeed_program_under_zero_launch_trains_as_import_zero_core_as_deepspeed(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Each rank's result of PROGRAM's loop with zero_core as `deepspeed`, on multirank's 2 ranks."""
+    program = tmp_path_factory.mktemp("reference") / "train.py"
+    program.write_text(PROGRAM)
+    return run_ranks(_reference, 2, str(program), timeout=100)
+
+
+def _launched(folder: Path, count: int) -> list[dict[str, Any]]:
+    return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in range(count)]
+
+
+def test_a_deepspeed_program_under_zero_launch_trains_as_import_zero_core_as_deepspeed(
+        tmp_path: Path, reference: list[dict[str, Any]]) -> None:
     program = tmp_path / "train.py"
     program.write_text(PROGRAM)
     result = run_zero("launch", "--nproc_per_node", "2", str(program), "--out", str(tmp_path), timeout=110)
     assert result.returncode == 0, result.stderr
-    launched = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
-    expected = run_ranks(_reference, 2, str(program), timeout=100)
-    for rank, (got, want) in enumerate(zip(launched, expected)):
+    launched = _launched(tmp_path, 2)
+    for rank, (got, want) in enumerate(zip(launched, reference)):
         assert got["losses"] == want["losses"]  # exactly, in fp32
         assert got["argv"] == [f"--local_rank={rank}", "--out", str(tmp_path)]
         assert (got["local_rank"], got["version"], got["module"]) == (rank, ALIAS_VERSION, "zero_core")
@@ -140,6 +153,27 @@ def test_a_deepspeed_program_under_zero_launch_trains_as_import_zero_core_as_dee
     note = _note("in the processes zero launch starts")
     assert result.stderr.count("is installed (") == (1 if note else 0)
     assert note in result.stderr
+
+
+def test_two_nodes_on_localhost_train_as_one_node_with_two_processes(tmp_path: Path,
+                                                                       reference: list[dict[str, Any]]) -> None:
+    program = tmp_path / "train.py"
+    program.write_text(PROGRAM)
+    # torchrun's c10d rendezvous: the first agent to reach the endpoint hosts it, the other joins
+    command = [sys.executable, "-m", "zero_cli", "launch", "--nnodes", "2", "--nproc_per_node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes",
+               str(program), "--out", str(tmp_path)]
+    agents = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
+    try:
+        outputs = [agent.communicate(timeout=100) for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+    assert [agent.returncode for agent in agents] == [0, 0], [err for _, err in outputs]
+    launched = _launched(tmp_path, 2)
+    assert [got["losses"] for got in launched] == [want["losses"] for want in reference]
+    assert [(got["local_rank"], got["argv"][0]) for got in launched] == [(0, "--local_rank=0")] * 2
 
 
 def _probe(tmp_path: Path, command: list[str], **env: str) -> dict[str, Any]:
