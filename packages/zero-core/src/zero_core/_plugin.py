@@ -56,6 +56,7 @@ def zero_register_commands(cli: CommandTable) -> None:
              "processes it starts and --local_rank=<n> passed as DeepSpeed's launcher does",
         add_arguments=add_launch_arguments,
         run=_run_launch,
+        json_flag=False,  # the ranks' own output is what it prints
     )
 
 
