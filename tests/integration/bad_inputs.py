@@ -370,6 +370,20 @@ CLI: list[tuple[list[str], str]] = [
     (["swap", "bench", "--path", "/sys", "--size", "1MiB"], "--path"),  # no file can be created there
     (["swap", "bench", "/some/dir"], "/some/dir"),
     (["swap", "nosuch"], "nosuch"),
+    # zero launch: refused before torchrun's agent starts any rank
+    (["launch"], "training_script"),
+    (["launch", "{nosuch}"], "{nosuch}"),
+    (["launch", "{dangling}"], "{dangling}"),
+    (["launch", "{dir}"], "{dir}"),
+    (["launch", "{fifo}"], "{fifo}"),
+    (["launch", "--nproc_per_node"], "--nproc_per_node"),
+    (["launch", "--nproc_per_node", "lots", "{text}"], "--nproc_per_node"),
+    (["launch", "--nproc_per_node", "0", "{text}"], "--nproc_per_node"),
+    (["launch", "--nproc_per_node", "-2", "{text}"], "--nproc_per_node"),
+    (["launch", "--max-restarts", "x", "{text}"], "--max-restarts"),
+    (["launch", "--bogus", "{text}"], "--bogus"),
+    (["launch", "--no-python", "{text}"], "--no_local_rank"),  # --local_rank is added inside a Python program
+    (["launch", "--run-path", "{text}"], "--run-path"),
     # zero pin, and the command itself
     (["pin"], "action"),
     (["pin", "nosuch"], "nosuch"),

@@ -28,6 +28,7 @@ def zero_register_accelerators(register: Callable[[str, type[Accelerator]], None
 def zero_register_commands(cli: CommandTable) -> None:
     # The argument modules import no torch (the lazy packages load only what is asked for).
     from .checkpoint import add_checkpoint_arguments
+    from .launch import add_launch_arguments
     from .profile import add_profile_arguments
 
     cli.add_command(
@@ -49,6 +50,14 @@ def zero_register_commands(cli: CommandTable) -> None:
         add_arguments=add_profile_arguments,
         run=_run_profile,
     )
+    cli.add_command(
+        "launch",
+        help="torchrun [its options] program.py [args], with `import deepspeed` resolving to zero_core in the "
+             "processes it starts and --local_rank=<n> passed as DeepSpeed's launcher does",
+        add_arguments=add_launch_arguments,
+        run=_run_launch,
+        json_flag=False,  # the ranks' own output is what it prints
+    )
 
 
 def _run_report(args: argparse.Namespace) -> CommandResult:
@@ -67,3 +76,9 @@ def _run_profile(args: argparse.Namespace) -> CommandResult:
     from .profile import profile_command
 
     return profile_command(args)
+
+
+def _run_launch(args: argparse.Namespace) -> int:
+    from .launch import launch_command
+
+    return launch_command(args)
