@@ -11,6 +11,7 @@ from ._gathered import GatheredParameters
 from ._held import HeldParametersWarning
 from ._init import Init
 from ._live_cap import LiveCapWarning
+from ._param_status import ZeroParamStatus
 from ._partition import Partition
 from ._passes import GatheringPasses
 from ._unit import ParamUnit, UnitState, unit_of
@@ -26,6 +27,7 @@ __all__ = [
     "Partition",
     "PassKind",
     "UnitState",
+    "ZeroParamStatus",
     "build_stage3_state",
     "register_external_parameter",
     "unit_of",

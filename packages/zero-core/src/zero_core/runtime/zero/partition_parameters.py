@@ -19,8 +19,7 @@ import torch
 from zero_plugins import ZeroError
 
 from ...accelerator import get_accelerator
-from ...stage3 import GatheredParameters, Init, register_external_parameter
-from ...stage3._param_status import ZeroParamStatus
+from ...stage3 import GatheredParameters, Init, ZeroParamStatus, register_external_parameter
 
 __all__ = ["GatheredParameters", "Init", "ZeroParamStatus", "get_accelerator", "register_external_parameter",
            "zero_wrapper_for_fp_tensor_constructor"]
