@@ -79,6 +79,11 @@ class AsyncSaver:
         except CheckpointError as error:
             print(f"zero_core: the asynchronous save of tag {self._tag!r} did not finish before the script "
                   f"ended: {error}", file=sys.stderr)
+        if self._group is not None and dist.is_initialized():
+            # The save's own group, whose last collective has completed on every rank: torn down here, its threads
+            # joined, not left to the interpreter's teardown (which aborted a rank now and then).
+            dist.destroy_process_group(self._group)
+            self._group = None
 
     def _run(self, pending: PendingSave) -> None:
         from ._save import write_save  # DCP is imported by a save, not by every engine that holds a saver
