@@ -66,6 +66,14 @@ def test_the_checkpoint_records_its_optimizer_type(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "saved" / "zero_checkpoint.json").read_text())["optimizer_type"] == "AdamW"
 
 
+def _refused_unchanged(engine: Any, tmp_path: Path, message: str) -> None:
+    """Loading tmp_path's "saved" tag is refused with `message` (a regex), and nothing of the engine changed."""
+    before = _snapshot(engine)
+    with pytest.raises(ZeroError, match=message):
+        engine.load_checkpoint(tmp_path, "saved")
+    _unchanged(engine, before)
+
+
 @pytest.mark.parametrize(("saved", "saved_params", "loaded", "loaded_params"), [
     ("AdamW", {}, "SGD", {}),
     ("SGD", {"momentum": 0.9}, "AdamW", {}),
@@ -75,12 +83,9 @@ def test_another_optimizers_state_is_refused_before_any_change(tmp_path: Path, s
                                                                loaded: str, loaded_params: dict) -> None:
     _saved(tmp_path, saved, **saved_params)
     engine = _engine(loaded, **loaded_params)
-    before = _snapshot(engine)
-    with pytest.raises(ZeroError, match=rf"holds the optimizer state of {saved}, and this engine's optimizer is "
-                                        rf"{loaded}: loading it would step {loaded} with {saved}'s hyperparameters "
-                                        r"and state; pass load_optimizer_states=False"):
-        engine.load_checkpoint(tmp_path, "saved")
-    _unchanged(engine, before)
+    _refused_unchanged(engine, tmp_path, rf"holds the optimizer state of {saved}, and this engine's optimizer is "
+                                         rf"{loaded}: loading it would step {loaded} with {saved}'s hyperparameters "
+                                         r"and state; pass load_optimizer_states=False")
     engine.load_checkpoint(tmp_path, "saved", load_optimizer_states=False)  # the weights alone: trains on
     assert engine.optimizer.param_groups[0]["lr"] == 0.1
     _train(engine)
@@ -95,12 +100,9 @@ def test_a_checkpoint_without_a_recorded_type_is_compared_by_its_state_names(tmp
     description.write_text(json.dumps(old))
     (tmp_path / "saved" / "zero_manifest.json").unlink()
     engine = _engine("SGD", momentum=0.9)
-    before = _snapshot(engine)
-    with pytest.raises(ZeroError, match=r"holds optimizer state exp_avg, exp_avg_sq \(its optimizer type is not "
-                                        r"recorded\), and this engine's optimizer SGD keeps momentum_buffer: it is "
-                                        r"another optimizer's; pass load_optimizer_states=False"):
-        engine.load_checkpoint(tmp_path, "saved")
-    _unchanged(engine, before)
+    _refused_unchanged(engine, tmp_path, r"holds optimizer state exp_avg, exp_avg_sq \(its optimizer type is not "
+                                         r"recorded\), and this engine's optimizer SGD keeps momentum_buffer: it is "
+                                         r"another optimizer's; pass load_optimizer_states=False")
     same = _engine("AdamW")
     same.load_checkpoint(tmp_path, "saved")  # the same optimizer's state names: loads
     assert sorted(same.optimizer.state[same.optimizer.groups[0].master.optimizer_params[0]]) == [
