@@ -329,6 +329,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         loaded = load_checkpoint(self, Path(load_dir), tag, load_module_strict, load_optimizer_states,
                                  load_lr_scheduler_states, load_module_only, trust_checkpoint)
         self._order.half_applied = None  # the weights are the checkpoint's now
+        self.optimizer.discard_failed_step()
         return loaded
 
     def memory_report(self) -> MemoryReport:

@@ -52,6 +52,11 @@ class BackwardStepper:
         master.step_one_tensor(self._optimizer, group_index, index, grad)
         group.grads.release_one(index)
 
+    def discard(self) -> None:
+        """Forget a step that failed part-way (the engine loaded a checkpoint over it)."""
+        self._stepped.clear()
+        self._squares = None
+
     def finish(self) -> float:
         """End the step: tensors no gradient reached step now with zeros (as the whole step would step them);
         returns the global gradient norm. A non-finite one raises: the tensors stepped before it were updated."""

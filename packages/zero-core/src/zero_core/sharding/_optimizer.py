@@ -66,6 +66,12 @@ class ZeroOptimizer:
         """Whether an update began and has not ended: a failure now leaves some parameters stepped, others not."""
         return self._update_begun or (self._backward is not None and self._backward.stepped_any)
 
+    def discard_failed_step(self) -> None:
+        """A checkpoint was loaded over a step that failed part-way: nothing of that step is under way any more."""
+        self._update_begun = False
+        if self._backward is not None:
+            self._backward.discard()
+
     # --- what DeepSpeed's ZeRO optimizer exposes ---
     @property
     def param_groups(self) -> list[dict[str, Any]]:
