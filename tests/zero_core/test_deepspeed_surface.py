@@ -6,6 +6,8 @@
   each, as DeepSpeed refuses them.
 - `deepspeed.zero`, `deepspeed.comm`, `deepspeed.utils.zero_to_fp32`, `deepspeed.accelerator` are reachable as
   attributes; comm's calls are torch.distributed's on 2 ranks and one error before the group exists.
+- `deepspeed.DeepSpeedEngine` is the engine's class and `deepspeed.runtime.lr_schedules` lists zero's schedules
+  (accelerate's checks).
 - `get_accelerator()` answers DeepSpeed's CPU accelerator's values.
 """
 from __future__ import annotations
@@ -95,6 +97,19 @@ def test_deepspeeds_subpackages_are_attributes() -> None:
     assert deepspeed.accelerator.get_accelerator() is deepspeed.get_accelerator()
     assert deepspeed.comm.init_distributed is deepspeed.init_distributed
     assert {"zero", "comm", "utils", "accelerator", "add_config_arguments"} <= set(dir(deepspeed))
+
+
+def test_the_names_accelerate_checks_are_zeros_engine_and_schedules() -> None:
+    import zero_core as deepspeed
+    from zero_core.engine import ZeroEngine
+    from zero_core.training import WarmupCosineLR, WarmupDecayLR, WarmupLR
+
+    # accelerate: `isinstance(model, deepspeed.DeepSpeedEngine)`, and a scheduler whose class name is listed
+    # in deepspeed.runtime.lr_schedules.VALID_LR_SCHEDULES goes to initialize as the engine's
+    assert deepspeed.DeepSpeedEngine is ZeroEngine
+    assert deepspeed.runtime.lr_schedules.VALID_LR_SCHEDULES == ["WarmupLR", "WarmupDecayLR", "WarmupCosineLR"]
+    assert (deepspeed.runtime.lr_schedules.WarmupLR, deepspeed.runtime.lr_schedules.WarmupDecayLR,
+            deepspeed.runtime.lr_schedules.WarmupCosineLR) == (WarmupLR, WarmupDecayLR, WarmupCosineLR)
 
 
 def _comm(rank: int, world_size: int) -> dict[str, Any]:
