@@ -91,6 +91,7 @@ def _boundary(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
                         "state": state, "sticky": sticky, "counting": counting, "refused": refused,
                         "applied_after": engine.was_step_applied()}
         engine.destroy()
+        found[stage]["accelerate"] = _accelerate_loop(stage, rank)
     return found
 
 
@@ -121,43 +122,36 @@ def test_the_override_stays_until_set_and_cannot_change_a_pending_backward(
     assert result["applied_after"] is True
 
 
-def _accelerate_loop(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
+def _accelerate_loop(stage: int, rank: int) -> dict[str, Any]:
     """accelerate's DeepSpeedEngineWrapper.backward: the boundary set before each backward, step only at True."""
     import zero_core
     from zero_core import EngineMisuse
 
-    found: dict[int, dict[str, Any]] = {}
     data = _batches()
-    for stage in STAGES:
-        engine, _, _, _ = zero_core.initialize(model=_model(), config=_config(stage))
-        for micro, boundary in ((0, False), (1, True)):
-            engine.set_gradient_accumulation_boundary(boundary)
-            engine.backward(engine(data[micro][rank]).pow(2).mean())
-            if boundary:
-                engine.step()
-        applied, state = engine.was_step_applied(), engine.module_state_dict()
-        engine.set_gradient_accumulation_boundary(False)
-        engine.backward(engine(data[2][rank]).pow(2).mean())
-        engine.set_gradient_accumulation_boundary(True)  # the held-off backward joins the accumulation
-        refused = ""
-        try:
-            engine.step()  # its own step, after the boundary moved on: nothing of this micro-batch to step with
-        except EngineMisuse as error:
-            refused = str(error)
-        found[stage] = {"applied": applied, "state": state, "global_steps": engine.global_steps, "refused": refused}
-        engine.destroy()
+    engine, _, _, _ = zero_core.initialize(model=_model(), config=_config(stage))
+    for micro, boundary in ((0, False), (1, True)):
+        engine.set_gradient_accumulation_boundary(boundary)
+        engine.backward(engine(data[micro][rank]).pow(2).mean())
+        if boundary:
+            engine.step()
+    applied, state = engine.was_step_applied(), engine.module_state_dict()
+    engine.set_gradient_accumulation_boundary(False)
+    engine.backward(engine(data[2][rank]).pow(2).mean())
+    engine.set_gradient_accumulation_boundary(True)  # the held-off backward joins the accumulation
+    refused = ""
+    try:
+        engine.step()  # its own step, after the boundary moved on: nothing of this micro-batch to step with
+    except EngineMisuse as error:
+        refused = str(error)
+    found = {"applied": applied, "state": state, "global_steps": engine.global_steps, "refused": refused}
+    engine.destroy()
     return found
-
-
-@pytest.fixture(scope="module")
-def accelerate_loop() -> list[dict[int, dict[str, Any]]]:
-    return run_ranks(_accelerate_loop, WORLD_SIZE, timeout=120)
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_accelerates_loop_steps_only_at_the_boundary_like_plain_torch(
-        accelerate_loop, stage: int) -> None:  # type: ignore[no-untyped-def]
-    result = accelerate_loop[0][stage]
+        boundary, stage: int) -> None:  # type: ignore[no-untyped-def]
+    result = boundary[0][stage]["accelerate"]
     assert (result["applied"], result["global_steps"]) == (True, 1)
     reference = _reference(([0, 1],))
     for name, value in result["state"].items():
