@@ -174,9 +174,16 @@ def _write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+def _failure(stderr: str) -> str:
+    """A failed launch's first rank traceback and torchrun's table: what the assertion shows."""
+    lines = stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Traceback" in line), max(0, len(lines) - 40))
+    return "\n".join(lines[start:start + 60] + lines[-25:])
+
+
 def _zero_launch(program: Path, *args: str) -> None:
     result = run_zero("launch", "--nproc_per_node", "2", str(program), *args, timeout=150, OMP_NUM_THREADS="1")
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, _failure(result.stderr)
 
 
 def _on_deepspeed(folder: Path, program: Path, *args: str) -> None:
@@ -184,7 +191,7 @@ def _on_deepspeed(folder: Path, program: Path, *args: str) -> None:
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(runner),
                            str(program), *args], capture_output=True, text=True, timeout=220, env=environment)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, _failure(done.stderr)
 
 
 def _losses(path: Path) -> list[Any]:
