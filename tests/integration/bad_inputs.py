@@ -122,6 +122,10 @@ CONFIGS: list[tuple[dict[str, Any], str]] = [
     ({"gradient_clipping": NAN}, "gradient_clipping"),
     ({"gradient_clipping": None}, "gradient_clipping"),
     ({"steps_per_print": 0}, "steps_per_print"),
+    ({"steps_per_print": -INF}, "steps_per_print"),  # +inf is accelerate's "never"; -inf is not
+    ({"steps_per_print": NAN}, "steps_per_print"),
+    ({"steps_per_print": "inf"}, "steps_per_print"),
+    ({"steps_per_print": 2.5}, "steps_per_print"),
     ({"wall_clock_breakdown": "no"}, "wall_clock_breakdown"),
     ({"amp": {"enabled": True}}, "amp"),
     ({"zero_optimisation": {"stage": 2}}, "zero_optimisation"),

@@ -6,6 +6,8 @@
   each, as DeepSpeed refuses them.
 - `deepspeed.zero`, `deepspeed.comm`, `deepspeed.utils.zero_to_fp32`, `deepspeed.accelerator` are reachable as
   attributes; comm's calls are torch.distributed's on 2 ranks and one error before the group exists.
+- `deepspeed.DeepSpeedEngine` is the engine's class and `deepspeed.runtime.lr_schedules` lists zero's schedules
+  (accelerate's checks); `deepspeed.checkpoint.utils.clone_tensors_for_torch_save` copies nested tensors.
 - `get_accelerator()` answers DeepSpeed's CPU accelerator's values.
 """
 from __future__ import annotations
@@ -95,6 +97,35 @@ def test_deepspeeds_subpackages_are_attributes() -> None:
     assert deepspeed.accelerator.get_accelerator() is deepspeed.get_accelerator()
     assert deepspeed.comm.init_distributed is deepspeed.init_distributed
     assert {"zero", "comm", "utils", "accelerator", "add_config_arguments"} <= set(dir(deepspeed))
+
+
+def test_the_names_accelerate_checks_are_zeros_engine_and_schedules() -> None:
+    import zero_core as deepspeed
+    from zero_core.engine import ZeroEngine
+    from zero_core.training import WarmupCosineLR, WarmupDecayLR, WarmupLR
+
+    # accelerate: `isinstance(model, deepspeed.DeepSpeedEngine)`, and a scheduler whose class name is listed
+    # in deepspeed.runtime.lr_schedules.VALID_LR_SCHEDULES goes to initialize as the engine's
+    assert deepspeed.DeepSpeedEngine is ZeroEngine
+    assert deepspeed.runtime.lr_schedules.VALID_LR_SCHEDULES == ["WarmupLR", "WarmupDecayLR", "WarmupCosineLR"]
+    assert (deepspeed.runtime.lr_schedules.WarmupLR, deepspeed.runtime.lr_schedules.WarmupDecayLR,
+            deepspeed.runtime.lr_schedules.WarmupCosineLR) == (WarmupLR, WarmupDecayLR, WarmupCosineLR)
+
+
+def test_clone_tensors_for_torch_save_copies_every_nested_tensor_off_its_buffer() -> None:
+    from collections import OrderedDict
+
+    from zero_core.checkpoint.utils import clone_tensors_for_torch_save
+
+    flat = torch.arange(6.0, requires_grad=True)
+    view = flat[2:4]
+    state = OrderedDict(weight=view, pair=(view, [view]), step=3)
+    copied = clone_tensors_for_torch_save(state)
+    assert type(copied) is OrderedDict and copied["step"] == 3
+    tensors = [copied["weight"], copied["pair"][0], copied["pair"][1][0]]
+    assert [tensor.tolist() for tensor in tensors] == [[2.0, 3.0]] * 3
+    assert all(t.untyped_storage().nbytes() == 8 and not t.requires_grad for t in tensors)
+    assert isinstance(copied["pair"], tuple) and isinstance(copied["pair"][1], list)
 
 
 def _comm(rank: int, world_size: int) -> dict[str, Any]:

@@ -5,6 +5,8 @@
   divided by gradient_accumulation_steps (DeepSpeed's rule), so with SGD the weights are exactly a plain-torch
   reference's. The override stays until set again (DeepSpeed's); None returns to counting. Changing it between
   backward and step is refused.
+- accelerate's loop (the boundary set before every backward, `step()` only where it is True) accumulates the
+  held-off backwards and steps like plain torch; a `step()` for a backward the boundary has moved past is refused.
 - `_zero3_consolidated_16bit_state_dict()`: rank 0 gets module_state_dict's weights, tied ones one tensor; None on
   rank 1; `exclude_frozen_parameters` drops frozen names.
 - `zero_gather_16bit_weights_on_model_save()` echoes the config; stage-3 parameters carry DeepSpeed's `ds_id` and
@@ -43,12 +45,12 @@ def _model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
 
-def _reference() -> dict[str, torch.Tensor]:
+def _reference(steps: tuple[list[int], ...] = ([0, 1], [2])) -> dict[str, torch.Tensor]:
     """Plain torch: a step on micro-batches 0-1 (each loss / 2), then a step on micro-batch 2 alone (loss / 2)."""
     model = _model()
     data = _batches()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    for micros in ([0, 1], [2]):
+    for micros in steps:
         for micro in micros:
             for rank in range(WORLD_SIZE):
                 (model(data[micro][rank]).pow(2).mean() / 2 / WORLD_SIZE).backward()
@@ -89,6 +91,7 @@ def _boundary(rank: int, world_size: int) -> dict[int, dict[str, Any]]:
                         "state": state, "sticky": sticky, "counting": counting, "refused": refused,
                         "applied_after": engine.was_step_applied()}
         engine.destroy()
+        found[stage]["accelerate"] = _accelerate_loop(stage, rank)
     return found
 
 
@@ -117,6 +120,44 @@ def test_the_override_stays_until_set_and_cannot_change_a_pending_backward(
     assert result["refused"] == ("engine.set_gradient_accumulation_boundary() between backward() and step() changes "
                                  "the boundary that backward already reduced for; set it before backward")
     assert result["applied_after"] is True
+
+
+def _accelerate_loop(stage: int, rank: int) -> dict[str, Any]:
+    """accelerate's DeepSpeedEngineWrapper.backward: the boundary set before each backward, step only at True."""
+    import zero_core
+    from zero_core import EngineMisuse
+
+    data = _batches()
+    engine, _, _, _ = zero_core.initialize(model=_model(), config=_config(stage))
+    for micro, boundary in ((0, False), (1, True)):
+        engine.set_gradient_accumulation_boundary(boundary)
+        engine.backward(engine(data[micro][rank]).pow(2).mean())
+        if boundary:
+            engine.step()
+    applied, state = engine.was_step_applied(), engine.module_state_dict()
+    engine.set_gradient_accumulation_boundary(False)
+    engine.backward(engine(data[2][rank]).pow(2).mean())
+    engine.set_gradient_accumulation_boundary(True)  # the held-off backward joins the accumulation
+    refused = ""
+    try:
+        engine.step()  # its own step, after the boundary moved on: nothing of this micro-batch to step with
+    except EngineMisuse as error:
+        refused = str(error)
+    found = {"applied": applied, "state": state, "global_steps": engine.global_steps, "refused": refused}
+    engine.destroy()
+    return found
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_accelerates_loop_steps_only_at_the_boundary_like_plain_torch(
+        boundary, stage: int) -> None:  # type: ignore[no-untyped-def]
+    result = boundary[0][stage]["accelerate"]
+    assert (result["applied"], result["global_steps"]) == (True, 1)
+    reference = _reference(([0, 1],))
+    for name, value in result["state"].items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-6, atol=1e-7, msg=name)
+    assert result["refused"] == ("engine.step() without engine.backward(loss) since the last step: there are no "
+                                 "gradients of this micro-batch to step with; call backward first")
 
 
 def _consolidated(rank: int, world_size: int) -> dict[int, dict[str, Any]]:

@@ -137,6 +137,12 @@ def test_auto_batch_sizes_stay_unset_without_world_size():
     assert config.train_micro_batch_size_per_gpu is None
 
 
+def test_steps_per_print_infinity_is_never_as_accelerate_writes_it():
+    # accelerate's DeepSpeedPlugin (and the HF Trainer through it) sets float("inf") to silence DeepSpeed's prints
+    assert load_config({"steps_per_print": float("inf")}).steps_per_print is None
+    assert load_config({"steps_per_print": 5}).steps_per_print == 5
+
+
 def test_defaults_are_deepspeeds():
     config = load_config({})
     zero = config.zero_optimization

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         load_config as load_config,
     )
     from .engine import (
+        DeepSpeedEngine as DeepSpeedEngine,
         EngineMisuse as EngineMisuse,
         HalfAppliedStep as HalfAppliedStep,
         NonFiniteStepsError as NonFiniteStepsError,

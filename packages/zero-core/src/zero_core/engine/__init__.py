@@ -14,8 +14,12 @@ from ._skips import NonFiniteStepsError
 from ._usage import EngineMisuse
 from ._whole_step import HalfAppliedStep
 
+# DeepSpeed's name for the engine: accelerate and transformers test `isinstance(model, deepspeed.DeepSpeedEngine)`
+DeepSpeedEngine = ZeroEngine
+
 __all__ = [
     "add_config_arguments",
+    "DeepSpeedEngine",
     "DynamicLossScaler",
     "EngineMisuse",
     "EngineParts",

@@ -64,8 +64,12 @@ class DeepSpeedCalls:
 
         As in DeepSpeed the setting stays until it is set again: True makes every following `backward` reduce
         and every `step` apply, False holds both off; None (zero's own) returns to counting micro-batches.
-        Set it before the micro-batch's backward: the reduction follows the value backward saw.
+        Set it before the micro-batch's backward: the reduction follows the value backward saw. A backward made
+        while it was False needs no step (accelerate calls step only at the boundary): setting it again, or the
+        next backward, adds that micro-batch to the accumulation.
         """
+        if self._boundary_override is False:
+            self._order.fold_held_off()
         previous, before = self._boundary_override, self.is_gradient_accumulation_boundary()
         self._boundary_override = None if is_boundary is None else bool(is_boundary)
         if self._order.backward_pending and self.is_gradient_accumulation_boundary() != before:

@@ -133,6 +133,8 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._order.check_alive("backward")
         self._trainable.check()
         check_loss(loss)
+        if self._boundary_override is False:
+            self._order.fold_held_off()
         self._order.backward()
         scaled = loss.float()
         accumulation = self.gradient_accumulation_steps()

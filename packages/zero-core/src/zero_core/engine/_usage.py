@@ -56,6 +56,13 @@ class CallOrder:
                            f"apply them to the loaded ones; call engine.zero_grad() to discard them before "
                            f"engine.{call}() (or finish the accumulation with step() first, to keep their update)")
 
+    def fold_held_off(self) -> None:
+        """A backward held off by set_gradient_accumulation_boundary(False) needs no step of its own (accelerate
+        steps only at the boundary, as DeepSpeed allows): its gradients join the accumulation."""
+        if self.backward_pending:
+            self.backward_pending = False
+            self.accumulated += 1
+
     def backward(self) -> None:
         self.check_alive("backward")
         if self.backward_pending:

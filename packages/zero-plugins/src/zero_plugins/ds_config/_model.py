@@ -105,6 +105,12 @@ class ZeroConfig(ConfigModel):
         # DeepSpeed reads `"aio": null` as "use the defaults".
         return {} if value is None else value
 
+    @field_validator("steps_per_print", mode="before")
+    @classmethod
+    def _infinity_is_never(cls, value: object) -> object:
+        # accelerate (under the HF Trainer too) writes float("inf") to keep DeepSpeed from printing.
+        return None if value == float("inf") else value
+
     @property
     def compute_dtype(self) -> Literal["fp16", "bf16", "fp32"]:
         """The dtype of parameters, gradients and activations in forward and backward."""
