@@ -140,12 +140,15 @@ if accelerator.is_main_process:
 # compile its shared-memory all-reduce (inference only; tests/deepspeed_peer.py).
 DEEPSPEED_RUNNER = f'''
 import runpy, sys
+import torch.distributed as dist
 sys.path.insert(0, {str(TESTS)!r})
 from deepspeed_peer import import_deepspeed
 import_deepspeed()
 program = sys.argv.pop(1)
 sys.argv[0] = program
 runpy.run_path(program, run_name="__main__")
+if dist.is_initialized():  # as zero launch ends its ranks' groups: gloo's teardown at exit aborts now and then
+    dist.destroy_process_group()
 '''
 
 AUTO_STAGE3 = {
