@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 from zero_plugins import CommandResult
 
-from . import _cli_args, _report
+from . import _cli_args, _ds_config, _report
+from ._ds_write import WrittenConfig, complete_ds_config, save_ds_config
 from ._errors import EstimateError
-from ._estimate import estimate
-from ._plan import Limits, plan
+from ._estimate import Estimate, estimate
+from ._plan import Candidate, Limits, plan
 from ._plan_report import plan_text
 from ._settings import ZeroSettings
 from ._spec import ModelSpec
@@ -119,6 +120,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--gpu-memory", metavar="SIZE", help="memory of each GPU, e.g. 24GB (binary units); required")
     limits.add_argument("--cpu-memory", metavar="SIZE", help="host memory per node (default: not checked)")
     limits.add_argument("--nvme", metavar="SIZE", help="NVMe space per node; NVMe offload is tried only when given")
+    output = parser.add_argument_group("output")
+    output.add_argument("--write", metavar="PATH", help="write the top fitting configuration as a complete ds_config")
+    output.add_argument("--force", action="store_true", help="with --write: replace an existing file")
+    output.add_argument("--nvme-path", metavar="DIR", help="the NVMe offload directory written into ds_configs "
+                        "(default: --ds-config's nvme_path)")
     _cli_args.add_model_arguments(parser)
     _cli_args.add_setup_arguments(parser, offload=False)
 
@@ -139,10 +145,46 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
     # Bucket sizes and bounds; the plan sets stage and offload (stage 3 allows any offload a ds_config gives).
     base = _cli_args.zero_from_args(args, 3, base_zero)
     result = plan(model, cluster, limits, training, base)
+    base_ds = None if args.ds_config is None else _ds_config.load_ds_config(args.ds_config)
+    if args.force and args.write is None:
+        raise EstimateError("goes with --write PATH", "--force")
+    if args.write is not None:
+        if not result.fits:
+            raise EstimateError("nothing fits the limits, so there is no configuration to write; nothing was "
+                                "written", "--write")
+        write_chosen(args, result.fits[0].estimate, base_ds)
     data = {
         "model": _model_dict(model),
         "gpus_per_node": cluster.gpus_per_node,
         "nodes": cluster.nodes,
         **result.as_dict(),
+        # Each candidate with its complete ds_config, as --write would write it.
+        **{key: [{**c.as_dict(), "ds_config": candidate_ds_config(c, base_ds, args.nvme_path)} for c in candidates]
+           for key, candidates in (("fits", result.fits), ("misses", result.misses))},
     }
     return CommandResult(data, plan_text(result))
+
+
+def write_chosen(args: argparse.Namespace, chosen: Estimate, base_ds: dict[str, object] | None) -> WrittenConfig:
+    """--write: the chosen configuration's complete ds_config to args.write, and on stderr what DeepSpeed lacks
+    and what the training script must match."""
+    written = complete_ds_config(chosen, base_ds, nvme_path=args.nvme_path)
+    save_ds_config(written, args.write, force=args.force)
+    zero = chosen.zero
+    print(f"zero: wrote {args.write}: stage {zero.stage}, offload {zero.label()}", file=sys.stderr)
+    if written.keys_deepspeed_lacks:
+        print(f"zero: note: DeepSpeed 0.19.8 lacks {', '.join(written.keys_deepspeed_lacks)} (listed in the file's "
+              "keys_deepspeed_lacks); delete them to run it under DeepSpeed", file=sys.stderr)
+    for note in written.notes:
+        print(f"zero: note: the config assumes {note}", file=sys.stderr)
+    return written
+
+
+def candidate_ds_config(
+    candidate: Candidate, base_ds: dict[str, object] | None, nvme_path: str | None
+) -> dict[str, object]:
+    """--json: a candidate's complete ds_config, or why it cannot be written (NVMe offload without a path)."""
+    try:
+        return complete_ds_config(candidate.estimate, base_ds, nvme_path=nvme_path).as_dict()
+    except EstimateError as error:
+        return {"config": None, "error": str(error)}
