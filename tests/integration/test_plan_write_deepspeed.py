@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zero_estimate import Cluster, Limits, LoraSpec, Training, ZeroSettings, estimate, from_preset, plan
-from zero_estimate._ds_write import LACKS_KEY, complete_ds_config, save_ds_config
+from zero_estimate import (
+    Cluster, Limits, LoraSpec, Training, ZeroSettings, complete_ds_config, estimate, from_preset, plan, save_ds_config,
+)
 
 from deepspeed_peer import import_deepspeed
 from multirank import run_ranks
@@ -97,7 +98,7 @@ def test_deepspeed_reads_every_written_config_as_the_plan_decided_it(tmp_path: P
     as_written, without = tmp_path / "own.json", tmp_path / "own_deleted.json"
     save_ds_config(own, as_written)
     config = json.loads(as_written.read_text())
-    del config["zero_optimization"]["step_in_backward"], config[LACKS_KEY]
+    del config["zero_optimization"]["step_in_backward"], config["keys_deepspeed_lacks"]
     without.write_text(json.dumps(config))
     paths = [str(path) for path, _ in files] + [str(as_written), str(without)]
     *results, refused, read = run_ranks(_read_in_deepspeed, 1, paths, timeout=150, env={"DS_ACCELERATOR": "cpu"})[0]

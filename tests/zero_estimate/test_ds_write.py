@@ -4,8 +4,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from zero_estimate import Cluster, EstimateError, Limits, LoraSpec, Training, ZeroSettings, estimate, from_preset, plan
-from zero_estimate._ds_write import complete_ds_config, keys_deepspeed_lacks
+from zero_estimate import (
+    Cluster, EstimateError, Limits, LoraSpec, Training, ZeroSettings, complete_ds_config, estimate, from_preset, plan,
+)
+from zero_estimate._ds_write import keys_deepspeed_lacks
 from zero_plugins.ds_config import IgnoredConfigKeysWarning, load_config
 
 GIB = 2**30

@@ -6,9 +6,9 @@ a rank's shard is 250,000 elements. Micro-batch 2 x 8 tokens x 3 accumulation st
 from __future__ import annotations
 
 import pytest
-from zero_estimate import Cluster, EstimateError, ModelSpec, ModuleParams, Training, ZeroSettings, estimate
-from zero_estimate import from_numbers
-from zero_estimate._step_traffic import Rates, step_traffic
+from zero_estimate import (
+    Cluster, EstimateError, ModelSpec, ModuleParams, Rates, Training, ZeroSettings, estimate, from_numbers, step_traffic,
+)
 
 P = 1_000_000
 MODEL = from_numbers(P, P // 10)

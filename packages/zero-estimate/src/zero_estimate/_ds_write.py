@@ -29,7 +29,7 @@ from ._estimate import Estimate
 from ._settings import Training, ZeroSettings
 
 if TYPE_CHECKING:  # pydantic is imported when a config is written
-    from zero_plugins.ds_config._base import ConfigModel
+    from zero_plugins.ds_config import ConfigModel
 
 # The top-level key that names, in the written file, the keys DeepSpeed does not have.
 LACKS_KEY = "keys_deepspeed_lacks"
@@ -226,7 +226,7 @@ def _zero_only(model: type[ConfigModel], data: Mapping[str, Any], path: str) -> 
 
 def _block_model(model: type[ConfigModel], field: str | None) -> type[ConfigModel] | None:
     """The config block a field holds (`X | None` unwrapped), or None for a plain value."""
-    from zero_plugins.ds_config._base import ConfigModel
+    from zero_plugins.ds_config import ConfigModel
 
     if field is None:
         return None
