@@ -7,8 +7,7 @@ import pytest
 from zero_estimate import (
     Cluster, EstimateError, Limits, LoraSpec, Training, ZeroSettings, complete_ds_config, estimate, from_preset, plan,
 )
-from zero_estimate._ds_write import keys_deepspeed_lacks
-from zero_plugins.ds_config import IgnoredConfigKeysWarning, load_config
+from zero_plugins.ds_config import IgnoredConfigKeysWarning, keys_deepspeed_lacks, load_config
 
 GIB = 2**30
 PYTHIA_LORA = from_preset("pythia-6.9b", lora=LoraSpec(128))
@@ -153,6 +152,8 @@ def test_zeros_own_keys_are_listed_in_the_file_and_the_result():
         ({"zero_optimization": {"offload_param": {"nvme_path": "/a"}}, "wall_clock_breakdown": "auto"},
          'wall_clock_breakdown: is "auto", which the plan does not decide; set it in --ds-config'),
         (["stage", 3], "ds_config: must be a dict of ds_config keys (got list)"),
+        ({"zero_optimization": {"offload_param": {"nvme_path": "/a"}}, "steps_per_print": 0},
+         "steps_per_print: must be > 0 (got 0)"),
     ],
 )
 def test_what_the_plan_cannot_complete_is_an_error_naming_the_key(base, message):

@@ -16,20 +16,17 @@ from __future__ import annotations
 import copy
 import json
 import os
-import typing
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zero_plugins import UnsafePathError, is_link, replace_file
 
 from ._errors import EstimateError
 from ._estimate import Estimate
 from ._settings import Training, ZeroSettings
-
-if TYPE_CHECKING:  # pydantic is imported when a config is written
-    from zero_plugins.ds_config import ConfigModel
 
 # The top-level key that names, in the written file, the keys DeepSpeed does not have.
 LACKS_KEY = "keys_deepspeed_lacks"
@@ -75,6 +72,8 @@ def complete_ds_config(
     nvme_path: the directory of NVMe offload; without it the base's `nvme_path` stands, and an NVMe offload with
     neither is an error naming the key.
     """
+    from zero_plugins.ds_config import keys_deepspeed_lacks  # pydantic, imported when a config is written
+
     if base is not None and not isinstance(base, Mapping):
         raise EstimateError(f"must be a dict of ds_config keys (got {type(base).__name__})", "ds_config")
     config: dict[str, Any] = copy.deepcopy(dict(base or {}))
@@ -92,6 +91,7 @@ def complete_ds_config(
     lacks = keys_deepspeed_lacks(config)
     if lacks:
         config[LACKS_KEY] = lacks
+    _check_loads(config, estimate.cluster.world_size)
     return WrittenConfig(config, lacks, _notes(estimate))
 
 
@@ -114,11 +114,16 @@ def save_ds_config(written: WrittenConfig, path: str | os.PathLike[str], *, forc
         raise EstimateError(f"cannot write {target} ({error}); nothing was written", "--write") from None
 
 
-def keys_deepspeed_lacks(config: Mapping[str, Any]) -> list[str]:
-    """The dotted paths of the keys in `config` that zero reads and DeepSpeed 0.19.8 does not have."""
-    from zero_plugins.ds_config import ZeroConfig
+def _check_loads(config: dict[str, Any], world_size: int) -> None:
+    """zero's loader reads the written config (a base it refuses is refused here, with the loader's message)."""
+    from zero_plugins.ds_config import ConfigError, IgnoredConfigKeysWarning, load_config
 
-    return _zero_only(ZeroConfig, config, "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)  # said once already, when the base was read
+        try:
+            load_config(config, world_size=world_size)
+        except ConfigError as error:
+            raise EstimateError(error.problem, error.path or "ds_config") from None
 
 
 def _batch(config: dict[str, Any], training: Training, world_size: int) -> None:
@@ -208,33 +213,6 @@ def _refuse_auto(value: object, path: str) -> None:
             _refuse_auto(item, f"{path}[{index}]")
     elif value == _AUTO:
         raise EstimateError('is "auto", which the plan does not decide; set it in --ds-config', path)
-
-
-def _zero_only(model: type[ConfigModel], data: Mapping[str, Any], path: str) -> list[str]:
-    found: list[str] = []
-    names = model.key_names()
-    for key, value in data.items():
-        here = f"{path}.{key}" if path else key
-        if key in model.ZERO_ONLY:
-            found.append(here)
-            continue
-        block = _block_model(model, names.get(key))
-        if block is not None and isinstance(value, Mapping):
-            found += _zero_only(block, value, here)
-    return found
-
-
-def _block_model(model: type[ConfigModel], field: str | None) -> type[ConfigModel] | None:
-    """The config block a field holds (`X | None` unwrapped), or None for a plain value."""
-    from zero_plugins.ds_config import ConfigModel
-
-    if field is None:
-        return None
-    annotation = model.model_fields[field].annotation
-    for candidate in (annotation, *typing.get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, ConfigModel):
-            return candidate
-    return None
 
 
 def _notes(estimate: Estimate) -> list[str]:
