@@ -81,12 +81,19 @@ def test_the_nvme_candidate_is_written_whole():
             "stage3_max_live_parameters": 1_000_000_000,
             "overlap_comm": True,
             "memory_efficient_linear": True,
+            # not the plan's to decide: DeepSpeed's defaults, written out
+            "contiguous_gradients": True,
+            "reduce_scatter": True,
+            "allgather_partitions": True,
+            "stage3_max_reuse_distance": 1_000_000_000,
+            "stage3_gather_16bit_weights_on_model_save": False,
         },
         "aio": {"block_size": 1_048_576},
         "activation_checkpointing": {"cpu_checkpointing": True, "number_checkpoints": 32},
     }
     assert written.notes == [
         "2048 tokens per sample, sdpa attention",
+        "the client's optimizer is adamw (no optimizer block is written: the plan knows no learning rate)",
         "activation checkpointing of every layer in the model (e.g. model.gradient_checkpointing_enable()); the "
         "activation_checkpointing block only configures it",
         "LoRA adapters of rank 128 on all-linear; the base model frozen",
@@ -124,6 +131,7 @@ def test_the_users_config_keeps_its_other_keys_and_loses_auto_and_second_spellin
     assert config["optimizer"] == {"type": "AdamW", "params": {"lr": 3e-5}}
     zero = config["zero_optimization"]
     assert "cpu_offload" not in zero and "prefetch_bucket_size" not in zero and zero["contiguous_gradients"] is False
+    assert list(zero)[:2] == ["stage", "offload_optimizer"] and zero["reduce_scatter"] is True
     assert zero["offload_optimizer"] == {"device": "nvme", "nvme_path": "/from/base", "pipeline_read": True,
                                          "pin_memory": True, "buffer_count": 4}
     assert zero["stage3_prefetch_bucket_size"] == 50_000_000

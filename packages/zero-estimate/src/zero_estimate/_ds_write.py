@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import UnsafePathError, is_link, replace_file
+from zero_plugins import UnsafePathError, ds_default, is_link, replace_file
 
 from ._errors import EstimateError
 from ._estimate import Estimate
@@ -42,6 +42,14 @@ _ZERO_SIZES = (
     "stage3_prefetch_bucket_size",
     "stage3_param_persistence_threshold",
     "stage3_max_live_parameters",
+)
+# zero_optimization keys the plan does not decide: written at DeepSpeed's defaults unless the user's block sets them.
+_ZERO_DEFAULTED = (
+    "contiguous_gradients",
+    "reduce_scatter",
+    "allgather_partitions",
+    "stage3_max_reuse_distance",
+    "stage3_gather_16bit_weights_on_model_save",
 )
 
 
@@ -92,7 +100,7 @@ def complete_ds_config(
     if lacks:
         config[LACKS_KEY] = lacks
     _check_loads(config, estimate.cluster.world_size)
-    return WrittenConfig(config, lacks, _notes(estimate))
+    return WrittenConfig(config, lacks, _notes(estimate, has_optimizer="optimizer" in config))
 
 
 def save_ds_config(written: WrittenConfig, path: str | os.PathLike[str], *, force: bool = False) -> None:
@@ -143,6 +151,8 @@ def _precision(config: dict[str, Any], precision: str) -> None:
 
 
 def _zero_block(given: object, zero: ZeroSettings, nvme_path: str | None) -> dict[str, Any]:
+    from zero_plugins.ds_config import ZeroOptimizationConfig
+
     block = dict(given) if isinstance(given, Mapping) else {}
     written: dict[str, Any] = {
         "stage": zero.stage,
@@ -154,10 +164,15 @@ def _zero_block(given: object, zero: ZeroSettings, nvme_path: str | None) -> dic
     }
     if zero.step_in_backward:
         written["step_in_backward"] = True
+    names = ZeroOptimizationConfig.key_names()  # every spelling -> its setting
     # The legacy booleans stand for the offload blocks written here; other spellings of a written key would give
     # the setting twice.
-    dropped = _zero_spellings(written) | {"cpu_offload", "cpu_offload_param"}
-    return {**{key: value for key, value in block.items() if key not in dropped}, **written}
+    dropped = {key for key, field in names.items() if field in written} | {"cpu_offload", "cpu_offload_param"}
+    kept = {key: value for key, value in block.items() if key not in dropped}
+    # The settings the plan does not decide, at DeepSpeed's defaults where the user's block leaves them out.
+    given_fields = {names[key] for key in kept if key in names}
+    defaults = {key: ds_default(f"zero_optimization.{key}") for key in _ZERO_DEFAULTED if key not in given_fields}
+    return {**written, **defaults, **kept}  # disjoint: the plan's settings first
 
 
 def _offload(block: Mapping[str, Any], name: str, zero: ZeroSettings, nvme_path: str | None) -> dict[str, Any]:
@@ -194,15 +209,6 @@ def _block(config: Mapping[str, Any], key: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _zero_spellings(written: Mapping[str, Any]) -> set[str]:
-    """Every spelling (aliases too) of the zero_optimization settings `written` gives."""
-    from zero_plugins.ds_config import ZeroOptimizationConfig
-
-    names = ZeroOptimizationConfig.key_names()
-    fields = {names[key] for key in written}
-    return {key for key, field in names.items() if field in fields}
-
-
 def _refuse_auto(value: object, path: str) -> None:
     """A complete config holds no "auto"; one the candidate does not decide is named, with the fix."""
     if isinstance(value, Mapping):
@@ -215,16 +221,22 @@ def _refuse_auto(value: object, path: str) -> None:
         raise EstimateError('is "auto", which the plan does not decide; set it in --ds-config', path)
 
 
-def _notes(estimate: Estimate) -> list[str]:
+def _notes(estimate: Estimate, *, has_optimizer: bool) -> list[str]:
     """What the plan assumed that the training script, not the ds_config, decides."""
     training, model = estimate.training, estimate.model
     notes = [f"{estimate.seq_len} tokens per sample, {training.attention} attention"]
+    if not has_optimizer:
+        notes.append(f"the client's optimizer is {training.optimizer} (no optimizer block is written: the plan "
+                     "knows no learning rate)")
     if training.checkpointing == "full":
         every = "every layer" if training.checkpoint_every == 1 else f"every {training.checkpoint_every} layers"
         notes.append(f"activation checkpointing of {every} in the model (e.g. model.gradient_checkpointing_enable()"
                      "); the activation_checkpointing block only configures it")
     elif training.checkpointing == "selective":
         notes.append("selective activation checkpointing in the model")
+    if training.offload_activations:
+        notes.append("what the layers save for backward kept in pinned host memory "
+                     "(zero_core.checkpointing.offload_saved_activations)")
     if model.lora is not None:
         notes.append(f"LoRA adapters of rank {model.lora.rank} on {', '.join(model.lora.targets)}; the base "
                      "model frozen")
