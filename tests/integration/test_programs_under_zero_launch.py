@@ -21,27 +21,17 @@ a longer timeout; the zero launch runs take about 10 s each.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli_helpers import run_zero
+from programs._launch_runs import (AUTO_STAGE3, BF16_TOLERANCE, FP32_TOLERANCE, assert_close, needs_deepspeed,
+                                   on_deepspeed, write, zero_launch)
 
 pytest.importorskip("accelerate")
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(240)
-
-REAL_DEEPSPEED = PathFinder.find_spec("deepspeed") is not None
-needs_deepspeed = pytest.mark.skipif(not REAL_DEEPSPEED, reason="DeepSpeed 0.19.8 (the reference peer) is not "
-                                                                "installed; zero's runs are checked without it")
-FP32_TOLERANCE = 2e-6
-BF16_TOLERANCE = 2e-3
-TESTS = Path(__file__).resolve().parents[1]
 
 TRAINER_PROGRAM = '''
 import argparse, json, os
@@ -136,29 +126,6 @@ if accelerator.is_main_process:
         json.dump(losses, out)
 '''
 
-# Under plain torchrun on DeepSpeed: the program runs as its own __main__, after DeepSpeed's comm is told not to
-# compile its shared-memory all-reduce (inference only; tests/deepspeed_peer.py).
-DEEPSPEED_RUNNER = f'''
-import runpy, sys
-import torch.distributed as dist
-sys.path.insert(0, {str(TESTS)!r})
-from deepspeed_peer import import_deepspeed
-import_deepspeed()
-program = sys.argv.pop(1)
-sys.argv[0] = program
-runpy.run_path(program, run_name="__main__")
-if dist.is_initialized():  # as zero launch ends its ranks' groups: gloo's teardown at exit aborts now and then
-    dist.destroy_process_group()
-'''
-
-AUTO_STAGE3 = {
-    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-    "gradient_clipping": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
-    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
-    "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
-                          "stage3_param_persistence_threshold": "auto",
-                          "stage3_gather_16bit_weights_on_model_save": True},
-}
 # the Trainer's own AdamW and warmup schedule
 STAGE2 = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
           "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}}
@@ -172,32 +139,6 @@ ACCELERATE_CONFIGS = {
 }
 
 
-def _write(folder: Path, name: str, text: str) -> Path:
-    path = folder / name
-    path.write_text(text)
-    return path
-
-
-def _failure(stderr: str) -> str:
-    """A failed launch's first rank traceback and torchrun's table: what the assertion shows."""
-    lines = stderr.splitlines()
-    start = next((i for i, line in enumerate(lines) if "Traceback" in line), max(0, len(lines) - 40))
-    return "\n".join(lines[start:start + 60] + lines[-25:])
-
-
-def _zero_launch(program: Path, *args: str) -> None:
-    result = run_zero("launch", "--nproc_per_node", "2", str(program), *args, timeout=150, OMP_NUM_THREADS="1")
-    assert result.returncode == 0, _failure(result.stderr)
-
-
-def _on_deepspeed(folder: Path, program: Path, *args: str) -> None:
-    runner = _write(folder, "on_deepspeed.py", DEEPSPEED_RUNNER)
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(runner),
-                           str(program), *args], capture_output=True, text=True, timeout=220, env=environment)
-    assert done.returncode == 0, _failure(done.stderr)
-
-
 def _losses(path: Path) -> list[Any]:
     data: list[Any] = json.loads(path.read_text())
     return data
@@ -205,58 +146,47 @@ def _losses(path: Path) -> list[Any]:
 
 def _trainer_args(tmp_path: Path, case: str, name: str, *extra: str) -> tuple[str, ...]:
     config, bf16 = TRAINER_CASES[case]
-    ds_json = _write(tmp_path, "ds.json", json.dumps(config))
+    ds_json = write(tmp_path, "ds.json", json.dumps(config))
     return ("--deepspeed", str(ds_json), "--output_dir", str(tmp_path / name), "--losses",
             str(tmp_path / f"{name}.json"), *(["--bf16"] if bf16 else []), *extra)
 
 
-def _flat(losses: list[Any]) -> list[float]:
-    return [value for entry in losses for value in (entry if isinstance(entry, list) else [entry])]
-
-
-def _assert_close(got: list[Any], want: list[Any], tolerance: float) -> None:
-    got_flat, want_flat = _flat(got), _flat(want)
-    assert len(got_flat) == len(want_flat) > 0
-    worst = max(abs(a - b) for a, b in zip(got_flat, want_flat))
-    assert worst <= tolerance, (worst, got, want)
-
-
 @pytest.mark.parametrize("case", TRAINER_CASES)
 def test_the_stock_trainers_deepspeed_run_equals_zerotrainers(tmp_path: Path, case: str) -> None:
-    program = _write(tmp_path, "train.py", TRAINER_PROGRAM)
-    _zero_launch(program, *_trainer_args(tmp_path, case, "stock"))
-    _zero_launch(program, *_trainer_args(tmp_path, case, "zero", "--zero_trainer"))
+    program = write(tmp_path, "train.py", TRAINER_PROGRAM)
+    zero_launch(program, *_trainer_args(tmp_path, case, "stock"))
+    zero_launch(program, *_trainer_args(tmp_path, case, "zero", "--zero_trainer"))
     stock = _losses(tmp_path / "stock.json")
     assert len(stock) == 4
     assert stock == _losses(tmp_path / "zero.json")  # exactly, in fp32 and bf16
     if case == "stage3-fp32":
         checkpoint = tmp_path / "stock" / "checkpoint-2"
-        _zero_launch(program, *_trainer_args(tmp_path, case, "resumed", "--resume_from_checkpoint", str(checkpoint)))
+        zero_launch(program, *_trainer_args(tmp_path, case, "resumed", "--resume_from_checkpoint", str(checkpoint)))
         assert _losses(tmp_path / "resumed.json") == stock[2:]
 
 
 @needs_deepspeed
 @pytest.mark.parametrize("case", TRAINER_CASES)
 def test_the_stock_trainers_deepspeed_run_matches_deepspeeds(tmp_path: Path, case: str) -> None:
-    program = _write(tmp_path, "train.py", TRAINER_PROGRAM)
-    _zero_launch(program, *_trainer_args(tmp_path, case, "zero"))
-    _on_deepspeed(tmp_path, program, *_trainer_args(tmp_path, case, "deepspeed"))
-    _assert_close(_losses(tmp_path / "zero.json"), _losses(tmp_path / "deepspeed.json"),
+    program = write(tmp_path, "train.py", TRAINER_PROGRAM)
+    zero_launch(program, *_trainer_args(tmp_path, case, "zero"))
+    on_deepspeed(tmp_path, program, *_trainer_args(tmp_path, case, "deepspeed"))
+    assert_close(_losses(tmp_path / "zero.json"), _losses(tmp_path / "deepspeed.json"),
                   BF16_TOLERANCE if TRAINER_CASES[case][1] else FP32_TOLERANCE)
 
 
 def _accelerate_args(tmp_path: Path, stage: int, name: str, *extra: str) -> tuple[str, ...]:
-    ds_json = _write(tmp_path, f"ds{stage}.json", json.dumps(ACCELERATE_CONFIGS[stage]))
+    ds_json = write(tmp_path, f"ds{stage}.json", json.dumps(ACCELERATE_CONFIGS[stage]))
     return "--ds_config", str(ds_json), "--losses", str(tmp_path / f"{name}.json"), *extra
 
 
 @needs_deepspeed
 @pytest.mark.parametrize(("stage", "precision"), [(2, "no"), (3, "bf16")])
 def test_accelerates_deepspeed_plugin_matches_deepspeed(tmp_path: Path, stage: int, precision: str) -> None:
-    program = _write(tmp_path, "train.py", ACCELERATE_PROGRAM)
-    _zero_launch(program, *_accelerate_args(tmp_path, stage, "zero", "--mixed_precision", precision))
-    _on_deepspeed(tmp_path, program, *_accelerate_args(tmp_path, stage, "deepspeed", "--mixed_precision", precision))
+    program = write(tmp_path, "train.py", ACCELERATE_PROGRAM)
+    zero_launch(program, *_accelerate_args(tmp_path, stage, "zero", "--mixed_precision", precision))
+    on_deepspeed(tmp_path, program, *_accelerate_args(tmp_path, stage, "deepspeed", "--mixed_precision", precision))
     zero, deepspeed = _losses(tmp_path / "zero.json"), _losses(tmp_path / "deepspeed.json")
     if precision == "no":
         assert zero == deepspeed  # exactly: the client's torch AdamW steps on both
-    _assert_close(zero, deepspeed, BF16_TOLERANCE)
+    assert_close(zero, deepspeed, BF16_TOLERANCE)

@@ -6,11 +6,15 @@
   built normally, and `module_state_dict()` gives back the same full weights.
 - `GatheredParameters(params, modifier_rank=0)` shows full weights on every rank, and
   rank 0's in-place changes reach every rank's shard (and the fp32 master).
+- Init reads only the config's zero_optimization block, so the Trainer's half-filled config (scheduler
+  "auto") that transformers hands it is taken, as DeepSpeed's Init takes it.
 - Bad arguments fail with one line naming the problem and the fix; a live cap below what
   the running modules need is gathered past, with one warning naming the unit and the key.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,3 +200,25 @@ def test_zero_estimate_counts_a_partitioned_model(solo_process_group: None) -> N
     late = make_model()
     zero_core.Init(module=late, config=config())  # an already-built model, partitioned at once
     assert all(p.numel() == 0 for p in late.parameters()) and model_to_params(late) == expected
+
+
+def test_init_reads_only_the_zero_block_of_a_half_filled_trainer_config(solo_process_group: None,
+                                                                      tmp_path: Path) -> None:
+    """transformers' from_pretrained hands Init the Trainer's config before the scheduler's "auto" is filled in
+    (run_clm.py with --deepspeed at stage 3): Init reads its zero_optimization block only, "auto" there as
+    DeepSpeed's default, and the model is partitioned; a bad zero block is still refused."""
+    import zero_core
+    from zero_plugins.ds_config import ConfigError
+
+    scheduler = {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}
+    auto = {**config(stage3_param_persistence_threshold="auto"), "train_batch_size": "auto", "scheduler": scheduler}
+    (tmp_path / "ds.json").write_text(json.dumps({**config(), "train_batch_size": "auto", "scheduler": scheduler}))
+    # "auto": DeepSpeed's threshold, above every layer here, so each stays whole; 0 (the file): all partitioned
+    for source, threshold, numels in ((auto, 100_000, [16384, 128]), (tmp_path / "ds.json", 0, [0, 0])):
+        init = zero_core.Init(config_dict_or_path=source)
+        with init:
+            model = make_model()
+        assert init.threshold == threshold
+        assert [p.numel() for p in model[1].parameters()] == numels
+    with pytest.raises(ConfigError, match=r"^zero_optimization.stage: must be a concrete value"):
+        zero_core.Init(config_dict_or_path={"zero_optimization": {"stage": "auto"}})

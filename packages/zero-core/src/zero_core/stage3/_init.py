@@ -24,21 +24,37 @@ import functools
 import os
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from zero_plugins import ZeroError
 
 from ..accelerator import get_accelerator
 from ..comm import Collectives, ensure_process_group
-from zero_plugins.ds_config import load_config
+from zero_plugins.ds_config import load_config, read_config_file
 from ..memory import MemoryLedger
 from ._init_meta import MetaModules, meta_parameter_names
 from ._init_mode import InitMode
 from ._init_names import ModelNames
 from ._init_units import InitUnits
+
+
+def _zero_block(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Any:
+    """The ds_config reduced to its zero_optimization block, the only one Init reads (`initialize` reads the whole).
+
+    transformers hands Init the Trainer's config before it fills in the scheduler's "auto" (warmup and total
+    steps, known once the Trainer has the model), and DeepSpeed's Init takes it so.
+    """
+    minimal: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}
+    raw: Any = source
+    if isinstance(source, (str, os.PathLike)) and isinstance(os.fspath(source), str) \
+            and not os.fspath(source).lstrip().startswith("{"):
+        raw = read_config_file(Path(source))
+    if not isinstance(raw, Mapping):
+        return minimal if raw is None else raw  # load_config names what is wrong with anything else
+    return {**minimal, **({"zero_optimization": raw["zero_optimization"]} if "zero_optimization" in raw else {})}
 
 
 class _InitState(threading.local):
@@ -67,8 +83,7 @@ class Init:
         accelerator = get_accelerator()
         ensure_process_group(accelerator)
         source = config if config is not None else config_dict_or_path
-        loaded = load_config(source if source is not None else {"train_micro_batch_size_per_gpu": 1},
-                             world_size=dist.get_world_size())
+        loaded = load_config(_zero_block(source))
         self.threshold = loaded.zero_optimization.stage3_param_persistence_threshold
         self.ledger = MemoryLedger()  # the shards' memory until initialize takes them over
         device = accelerator.device(accelerator.current_device())
