@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from zero_plugins import CommandResult
 
-from . import _cli_args, _report
+from . import _cli_args, _ds_config, _report, _verify_cli
 from ._errors import EstimateError
 from ._estimate import estimate
 from ._plan import Limits, plan
@@ -121,6 +121,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--nvme", metavar="SIZE", help="NVMe space per node; NVMe offload is tried only when given")
     _cli_args.add_model_arguments(parser)
     _cli_args.add_setup_arguments(parser, offload=False)
+    _verify_cli.add_verify_arguments(parser)
 
 
 @usage_errors
@@ -138,6 +139,13 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
     training = _cli_args.training_from_args(args, model, base_training)
     # Bucket sizes and bounds; the plan sets stage and offload (stage 3 allows any offload a ds_config gives).
     base = _cli_args.zero_from_args(args, 3, base_zero)
+    if args.verify:
+        given = None if args.ds_config is None else _ds_config.load_ds_config(args.ds_config)
+        verified = _verify_cli.run_verify(args, model, cluster, limits, training, base, given)
+        text = verified.pop("text")
+        data = {"model": _model_dict(model), "gpus_per_node": cluster.gpus_per_node, "nodes": cluster.nodes,
+                "verify": verified}
+        return CommandResult(data, f"{_report.describe(estimate(model, cluster, training, base))}\n\n{text}")
     result = plan(model, cluster, limits, training, base)
     data = {
         "model": _model_dict(model),

@@ -1,0 +1,133 @@
+"""`zero plan --verify`: its flags, what the dry run can take, and the search wired to the report."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from zero_plugins import read_config_text
+from zero_plugins.model_presets import PRESETS, causal_lm_presets
+
+from ._errors import EstimateError
+from ._plan import Limits
+from ._settings import Cluster, Training, ZeroSettings
+from ._spec import ModelSpec
+from ._verify import Budget, dry_run_hook, search
+from ._verify_cache import VerifyCache, cache_dir, cache_key
+from ._verify_report import outcome_dict, verify_text
+from ._verify_request import OPTIMIZER_BLOCKS, RunSettings, dry_run_request
+from ._verify_search import Trial, trials
+
+DEFAULT_HEADROOM = 0.10  # allocator fragmentation and the CUDA context (docs/plan.md, "Headroom")
+MAX_HEADROOM = 0.5
+DEFAULT_COUNT = 3
+DEFAULT_STEPS = 2  # the second step's backward holds the optimizer states the first step made
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("verify (the dry run of `zero profile --dry-run` traces each configuration)")
+    group.add_argument("--verify", action="store_true",
+                       help="trace the planned configurations with the real engine on fake tensors, in order, until "
+                            "--verify-count fit; needs zero-core and --preset or --config (docs/plan.md)")
+    group.add_argument("--verify-count", metavar="K", default=str(DEFAULT_COUNT),
+                       help=f"configurations to verify (default {DEFAULT_COUNT})")
+    group.add_argument("--headroom", metavar="FRACTION", default=str(DEFAULT_HEADROOM),
+                       help=f"part of --gpu-memory kept free for allocator fragmentation and the CUDA context, e.g. "
+                            f"0.1 or 10%% (default {DEFAULT_HEADROOM:g})")
+    group.add_argument("--steps", metavar="N", default=str(DEFAULT_STEPS),
+                       help=f"training steps each trace runs (default {DEFAULT_STEPS})")
+    group.add_argument("--timeout", metavar="SECONDS", default="900", help="stop one trace after this long (default 900)")
+    group.add_argument("--no-cache", action="store_true",
+                       help="trace every configuration again, keeping nothing (default: reuse earlier traces)")
+
+
+def run_verify(args: argparse.Namespace, model: ModelSpec, cluster: Cluster, limits: Limits, training: Training,
+               zero: ZeroSettings, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The search, as the `--json` document's "verify" (and its text under "text")."""
+    reference, model_config = _model_reference(args)
+    _check_training(training, given)
+    budget = Budget(limits, _headroom(args.headroom))
+    count = _whole(args.verify_count, "--verify-count", 1, 100)
+    run = RunSettings(reference, model.lora.rank if model.lora else None, _whole(args.steps, "--steps", 1, 10),
+                      limits.gpu_memory, float(_whole(args.timeout, "--timeout", 1, 86400)))
+    hook = dry_run_hook()  # refused here, before anything is planned, when zero-core is not installed
+
+    def identity(candidate: Any) -> str:
+        return cache_key(dry_run_request(candidate.estimate, given, run), model_config)
+
+    budget_limits = Limits(budget.gpu, limits.cpu_memory, limits.nvme)
+    planned: list[Trial] = trials(model, cluster, budget_limits, training, zero, identity)
+    requests = [dry_run_request(t.candidate.estimate, given, run) for t in planned]
+    keys = [cache_key(request, model_config) for request in requests]
+    started = time.monotonic()
+    cache = VerifyCache(None if args.no_cache else cache_dir())
+    outcomes = search(planned, requests, keys, budget, count, cluster.gpus_per_node, cache, hook)
+    survivors = [o for o in outcomes if o.fits]
+    return {
+        "budget": {"gpu_memory": limits.gpu_memory, "headroom": budget.headroom, "gpu_budget": budget.gpu,
+                   "cpu_memory": limits.cpu_memory, "nvme": limits.nvme},
+        "verify_count": count,
+        "steps": run.steps,
+        "cache": None if cache.directory is None else str(cache.directory),
+        "seconds": round(time.monotonic() - started, 1),
+        "candidates": [outcome_dict(o) for o in outcomes],
+        "survivors": [outcomes.index(o) for o in survivors],
+        "text": verify_text(outcomes, survivors, budget, count),
+    }
+
+
+def _model_reference(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """What the dry run builds (a preset name or a config.json path), and the config's contents for the cache key."""
+    if args.base_model:
+        raise EstimateError("the dry run trains the model with its LM head; leave out --base-model", "verify")
+    if args.preset:
+        if args.preset not in causal_lm_presets():
+            raise EstimateError(f"the dry run builds causal language models; {args.preset!r} is not one (those are "
+                                f"{', '.join(causal_lm_presets())}); leave out --verify for it", "verify")
+        return args.preset, PRESETS[args.preset]
+    if args.config:
+        path = Path(args.config)
+        path = path / "config.json" if path.is_dir() else path
+        return str(path), json.loads(read_config_text(path, what="--config"))  # the estimate has read it already
+    raise EstimateError("the dry run builds the model from its config; pass --preset or --config, not --params",
+                        "verify")
+
+
+def _check_training(training: Training, given: dict[str, Any] | None) -> None:
+    """Refuse what the dry run cannot trace: it checkpoints every layer or none, on the GPU."""
+    if training.checkpointing == "selective":
+        raise EstimateError("the dry run checkpoints every layer or none; pass --checkpointing full or none", "verify")
+    for flag, off in (("--checkpoint-every", training.checkpoint_every == 1),
+                      ("--cpu-checkpointing", not training.cpu_checkpointing),
+                      ("--offload-activations", not training.offload_activations)):
+        if not off:
+            raise EstimateError(f"the dry run checkpoints every layer on the GPU (torch.utils.checkpoint); leave out "
+                                f"{flag}", "verify")
+    if given is None and training.optimizer not in OPTIMIZER_BLOCKS:
+        raise EstimateError(f"traces {', '.join(OPTIMIZER_BLOCKS)} without a --ds-config; pass one of them to "
+                            "--optimizer, or a --ds-config with the optimizer block", "verify")
+
+
+def _headroom(text: str) -> float:
+    cleaned = text.strip()
+    try:
+        value = float(cleaned[:-1]) / 100 if cleaned.endswith("%") else float(cleaned)
+    except ValueError:
+        raise EstimateError(f"{text!r} is not a fraction; pass e.g. 0.1 or 10%", "headroom") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_HEADROOM:
+        raise EstimateError(f"{text} is out of range; pass 0 to {MAX_HEADROOM:g} (or 0% to {MAX_HEADROOM:.0%})",
+                            "headroom")
+    return value
+
+
+def _whole(text: str, flag: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise EstimateError(f"{text!r} is not a whole number; pass {low} to {high}", flag) from None
+    if not low <= value <= high:
+        raise EstimateError(f"{value} is out of range; pass {low} to {high}", flag)
+    return value

@@ -1,0 +1,89 @@
+"""Text and JSON of `zero plan --verify`: every configuration tried, the formula beside the trace, the survivors."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from zero_plugins import format_table
+
+from ._units import gib
+from ._verify import Budget, Outcome, Verdict
+
+# The ledger's name for stage 3's gathered weights: what autograd or the prefetch holds of the whole layers.
+HELD = "param.gathered"
+
+
+def outcome_dict(outcome: Outcome) -> dict[str, Any]:
+    e = outcome.trial.candidate.estimate
+    phase, formula_peak = e.peak("gpu")
+    return {
+        "settings": outcome.trial.label(),
+        "lever": outcome.trial.lever,
+        "ds_config": outcome.request["ds_config"],
+        "request": {k: v for k, v in outcome.request.items() if k != "ds_config"},
+        "formula": {"gpu_peak": formula_peak, "gpu_peak_phase": phase, "cpu_peak_per_node": e.peak("cpu")[1],
+                    "nvme_per_node": e.peak("nvme")[1], "over": outcome.trial.candidate.over},
+        "verdict": outcome.verdict.value,
+        "reason": outcome.reason,
+        "verified": outcome.measured,
+        "stage3": stage3_note(outcome),
+        "seconds": outcome.seconds,
+        "cached": outcome.cached,
+    }
+
+
+def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budget, count: int) -> str:
+    parts = [f"Verified by the dry run (the engine traced on fake CUDA tensors), budget {gib(budget.gpu)} GiB per GPU "
+             f"({gib(budget.limits.gpu_memory)} GiB less {budget.headroom:.0%} headroom):"]
+    headers = ["#", "stage", "offload", "ckpt", "mb", "formula GPU", "traced GPU", "traced host/rank", "verdict",
+               "time"]
+    rows = [_row(i, o) for i, o in enumerate(outcomes, start=1) if o.verdict is not Verdict.NOT_TRIED]
+    parts.append(format_table(headers, rows))
+    not_tried = sum(o.verdict is Verdict.NOT_TRIED for o in outcomes)
+    if not_tried:
+        parts.append(f"{not_tried} more planned configuration(s) not traced: {count} had fitted (--verify-count)")
+    if survivors:
+        lines = [f"Fits, verified ({len(survivors)} of {count} asked for), best first:"]
+        for rank, o in enumerate(survivors, start=1):
+            lines.append(f"  {rank}. {o.trial.label()}: {o.reason}")
+            lines.append(f"     per rank: {_per_rank(o.measured or {})}")
+        parts.append("\n".join(lines))
+    else:
+        parts.append("Nothing planned fits by the dry run; the nearest traced misses are above.")
+    notes = [f"  {o.trial.label()}: {note}" for o in outcomes if (note := stage3_note(o))]
+    if notes:
+        parts.append("What made stage 3 fit or not (the traced peak's largest ledger categories):\n" + "\n".join(notes))
+    for o in outcomes:
+        if o.verdict in (Verdict.REFUSED, Verdict.SKIPPED):
+            parts.append(f"{o.verdict.value}: {o.trial.label()}: {o.reason}")
+    return "\n\n".join(parts)
+
+
+def stage3_note(outcome: Outcome) -> str | None:
+    """At stage 3, the traced peak's largest categories, the held weights named, and memory_efficient_linear's value."""
+    zero = outcome.trial.candidate.estimate.zero
+    if zero.stage != 3 or outcome.measured is None:
+        return None
+    measured = outcome.measured
+    categories: Mapping[str, int] = measured["categories"]
+    largest = sorted(categories.items(), key=lambda item: -item[1])[:4]
+    shown = ", ".join(f"{name} {gib(size)} GiB" for name, size in largest)
+    held = categories.get(HELD, 0)
+    linear = "on: autograd keeps no gathered weight" if zero.memory_efficient_linear else \
+        "off: autograd keeps each gathered weight for backward"
+    return (f"{outcome.verdict.value} with peak {gib(int(measured['gpu_peak']))} GiB in {measured['gpu_peak_phase']}: "
+            f"{shown}; held weights ({HELD}) {gib(held)} GiB with memory_efficient_linear {linear}")
+
+
+def _row(index: int, o: Outcome) -> list[str]:
+    e = o.trial.candidate.estimate
+    traced = o.measured or {}
+    time_taken = "cached" if o.cached else ("-" if o.verdict is Verdict.SKIPPED else f"{o.seconds:.0f} s")
+    return [str(index), str(e.zero.stage), e.zero.label(), e.training.checkpointing, str(e.training.micro_batch),
+            gib(e.peak("gpu")[1]), gib(int(traced["gpu_peak"])) if traced else "-",
+            gib(int(traced["host_peak"])) if traced else "-", o.verdict.value, time_taken]
+
+
+def _per_rank(measured: Mapping[str, Any]) -> str:
+    ranks: Mapping[str, int] = measured.get("ranks", {})
+    return ", ".join(f"rank {rank} {gib(size)} GiB" for rank, size in ranks.items())
