@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import ConfigFileError, installed_zero_distributions, read_config_text, refuse_link, replace_file
+from zero_plugins import ConfigFileError, installed_zero_distributions, is_link, read_config_text, replace_file
 
 from ._errors import EstimateError
 from .__about__ import __version__
@@ -58,7 +58,8 @@ class VerifyCache:
         if self.directory is None:
             return None
         path = self.directory / f"{key}.json"
-        refuse_link(path, "plan-verify cache file", "delete it; zero writes none")
+        if is_link(path):
+            raise _damaged(path, "a symbolic link, which zero never writes")
         if not path.exists():
             return None
         try:
@@ -76,8 +77,9 @@ class VerifyCache:
     def put(self, key: str, measured: Mapping[str, Any]) -> None:
         if self.directory is None:
             return
-        fix = f"point {ENV} at a real folder"
-        refuse_link(self.directory, "the plan-verify cache folder", fix)
+        if is_link(self.directory):  # its files would be written wherever the link points
+            raise EstimateError(f"the plan-verify cache folder {self.directory} is a symbolic link; point {ENV} at "
+                                "a real folder, or pass --no-cache", "verify")
         self.directory.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"key": key, "measured": dict(measured)}, sort_keys=True, indent=1)
         replace_file(self.directory / f"{key}.json", data.encode("utf-8"))  # whole, and a link there is replaced

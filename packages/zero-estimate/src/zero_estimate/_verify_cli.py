@@ -106,7 +106,7 @@ def _check_training(training: Training, given: dict[str, Any] | None) -> None:
         if not off:
             raise EstimateError(f"the dry run checkpoints every layer on the GPU (torch.utils.checkpoint); leave out "
                                 f"{flag}", "verify")
-    if given is None and training.optimizer not in OPTIMIZER_BLOCKS:
+    if (given is None or "optimizer" not in given) and training.optimizer not in OPTIMIZER_BLOCKS:
         raise EstimateError(f"traces {', '.join(OPTIMIZER_BLOCKS)} without a --ds-config; pass one of them to "
                             "--optimizer, or a --ds-config with the optimizer block", "verify")
 

@@ -54,6 +54,8 @@ def ds_config_of(e: Estimate, given: Mapping[str, Any] | None) -> dict[str, Any]
     that train alike have equal configs (stage 3's keys are left out below stage 3, where nothing reads them).
     """
     config = copy.deepcopy(dict(given)) if given else _fresh(e)
+    if "optimizer" not in config:  # a script that passes its own optimizer to initialize (DeepSpeed-Chat's)
+        config["optimizer"] = copy.deepcopy(OPTIMIZER_BLOCKS[e.training.optimizer])
     zero = config.setdefault("zero_optimization", {})
     zero["stage"] = e.zero.stage
     for block in _OFFLOAD_BLOCKS:

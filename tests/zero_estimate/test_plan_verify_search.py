@@ -1,0 +1,150 @@
+"""`zero plan --verify`'s torch-free parts: the search order, each candidate's dry-run request, the cache, and
+its refusals of bad input (one line, exit status 2). The traces themselves: tests/zero_core/test_plan_verify.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_main, run_zero
+from zero_estimate import Cluster, EstimateError, Limits, Training, from_preset
+from zero_estimate._settings import ZeroSettings
+from zero_estimate._verify_cache import VerifyCache, cache_dir, cache_key
+from zero_estimate._verify_request import RunSettings, dry_run_request
+from zero_estimate._verify_search import SMALL_BUFFERS, levers, trials
+
+GIB = 2**30
+RUN = RunSettings("pythia-1.4b", None, 2, 24 * GIB, 900.0)
+
+
+def test_torch_and_zero_core_are_not_imported():
+    assert "torch" not in sys.modules and "zero_core" not in sys.modules
+
+
+def test_levers_come_in_cost_order_each_adding_one_to_the_last():
+    given = levers(Training(micro_batch=4, attention="eager"), ZeroSettings(stage=3, memory_efficient_linear=False))
+    assert [lever.name for lever in given] == [
+        "as given", "memory_efficient_linear", "sdpa attention", "smaller buckets", "micro-batch 2", "micro-batch 1"]
+    last = given[-1]
+    assert last.zero.memory_efficient_linear and last.training.attention == "sdpa"
+    assert {key: getattr(last.zero, key) for key in SMALL_BUFFERS} == SMALL_BUFFERS
+    assert (last.training.micro_batch, last.training.grad_accum) == (1, 4)  # the batch is kept
+    assert [lever.name for lever in levers(Training(), ZeroSettings(reduce_bucket_size=1000, allgather_bucket_size=1000,
+                                                                    stage3_prefetch_bucket_size=1000,
+                                                                    stage3_max_live_parameters=1000))] == ["as given"]
+
+
+def test_trials_are_the_formulas_fits_then_near_misses_each_configuration_once():
+    model, cluster = from_preset("pythia-1.4b"), Cluster(4)
+    limits = Limits(int(11.5 * GIB))
+
+    def identity(candidate):  # type: ignore[no-untyped-def]
+        return cache_key(dry_run_request(candidate.estimate, None, RUN), {})
+
+    found = trials(model, cluster, limits, Training(seq_len=1024), ZeroSettings(), identity)
+    assert len({identity(t.candidate) for t in found}) == len(found)
+    as_given = [t for t in found if t.lever == "as given"]
+    assert [(t.candidate.estimate.zero.stage, t.candidate.fits) for t in as_given] == [
+        (2, True), (3, True), (2, True), (3, True), (3, True), (1, False)]
+    assert as_given[-1].candidate.shortfall(limits) <= 0.15
+    # the smaller buckets change stages 1-3 (stage 0 reduces in its gradient buffers all the same, but its
+    # reduce_bucket_size is a key of its config): every configuration comes once
+    assert [t.lever for t in found].count("smaller buckets") == 6
+
+
+def test_a_candidates_request_has_only_the_keys_its_stage_reads():
+    model, cluster = from_preset("pythia-1.4b"), Cluster(4)
+    found = trials(model, cluster, Limits(80 * GIB), Training(seq_len=512, micro_batch=2), ZeroSettings(),
+                   lambda c: cache_key(dry_run_request(c.estimate, None, RUN), {}))
+    by_config = {(t.lever, t.candidate.estimate.zero.stage, t.candidate.estimate.zero.label()): t for t in found}
+    stage2 = dry_run_request(by_config["smaller buckets", 2, "cpu/none"].candidate.estimate, None, RUN)
+    assert stage2 == {
+        "model": "pythia-1.4b", "nproc": 4, "micro_batch": 2, "seq_len": 512, "gradient_checkpointing": False,
+        "lora_rank": None, "attention": "sdpa", "steps": 2, "device_memory": 24 * GIB, "timeout": 900.0,
+        "ds_config": {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "bf16": {"enabled": True},
+                      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                                            "reduce_bucket_size": 50_000_000, "allgather_bucket_size": 50_000_000},
+                      "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}}
+    given = {"fp16": {"enabled": True}, "train_batch_size": 64,
+             "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "memory_efficient_linear": False}}
+    stage3 = dry_run_request(by_config["as given", 3, "none/none"].candidate.estimate, given, RUN)["ds_config"]
+    # the given config's keys the candidate sets are replaced, its offload block left out, train_batch_size
+    # dropped, and the optimizer its script would pass put in
+    assert stage3 == {"fp16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+                      "zero_optimization": {"stage": 3, "memory_efficient_linear": True},
+                      "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}
+
+
+def test_the_cache_keeps_a_measurement_whole_and_refuses_a_link_or_a_damaged_file(tmp_path: Path):
+    cache = VerifyCache(tmp_path / "plan-verify")
+    measured = {"gpu_peak": 5, "gpu_peak_phase": "backward", "ranks": {"0": 5}, "categories": {"activations": 5},
+                "host_peak": 7, "seconds": 1.5}
+    key = cache_key({"nproc": 2, "ds_config": {}}, {"model_type": "gpt_neox"})
+    assert cache.get(key) is None
+    cache.put(key, measured)
+    assert cache.get(key) == measured
+    assert sorted(p.name for p in (tmp_path / "plan-verify").iterdir()) == [f"{key}.json"]  # no staging file left
+    # the key follows the model's config, the request (not where the model's file is) and the versions
+    assert cache_key({"nproc": 4, "ds_config": {}}, {"model_type": "gpt_neox"}) != key
+    assert cache_key({"nproc": 2, "ds_config": {}}, {"model_type": "llama"}) != key
+    assert cache_key({"nproc": 2, "ds_config": {}, "model": "elsewhere.json", "timeout": 5}, {"model_type": "gpt_neox"}) == key
+    path = tmp_path / "plan-verify" / f"{key}.json"
+    path.write_text(json.dumps({"key": key, "measured": {**measured, "gpu_peak": "5"}}))
+    with pytest.raises(EstimateError, match=r"measured.gpu_peak is missing or not a whole number; delete it"):
+        cache.get(key)
+    path.unlink()
+    os.symlink(tmp_path / "elsewhere.json", path)
+    with pytest.raises(EstimateError, match="is a symbolic link, which zero never writes; delete it"):
+        cache.get(key)
+    path.unlink()
+    os.rename(tmp_path / "plan-verify", tmp_path / "real")
+    os.symlink(tmp_path / "real", tmp_path / "plan-verify")
+    with pytest.raises(EstimateError, match="cache folder .* is a symbolic link; point ZERO_PLAN_VERIFY_CACHE at"):
+        cache.put(key, measured)
+
+
+def test_the_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv("ZERO_PLAN_VERIFY_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "zero" / "plan-verify"
+    monkeypatch.setenv("ZERO_PLAN_VERIFY_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+
+
+BAD_INPUT = {
+    "headroom out of range": (["--preset", "pythia-1.4b", "--headroom", "0.75"],
+                              "zero: error: --headroom: 0.75 is out of range; pass 0 to 0.5 (or 0% to 50%)"),
+    "headroom not a number": (["--preset", "pythia-1.4b", "--headroom", "lots"],
+                              "zero: error: --headroom: 'lots' is not a fraction; pass e.g. 0.1 or 10%"),
+    "unknown preset": (["--preset", "pythia-9b"], "zero: error: --preset: unknown preset 'pythia-9b'; did you mean 'pythia-6.9b'?"),
+    "not a causal language model": (["--preset", "t5-3b"],
+                                    "zero: error: --verify: the dry run builds causal language models; 't5-3b' is not "
+                                    "one"),
+    "a model of numbers": (["--params", "7B"], "zero: error: --verify: the dry run builds the model from its config; "
+                                                "pass --preset or --config, not --params"),
+    "selective checkpointing": (["--preset", "pythia-1.4b", "--checkpointing", "selective"],
+                                "zero: error: --verify: the dry run checkpoints every layer or none"),
+    "verify count": (["--preset", "pythia-1.4b", "--verify-count", "0"],
+                     "zero: error: --verify-count: 0 is out of range; pass 1 to 100"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUT))
+def test_bad_input_is_one_line_and_exit_status_2(capsys: pytest.CaptureFixture[str], name: str):
+    args, message = BAD_INPUT[name]
+    code, out, err = run_main(capsys, "plan", "--verify", "--gpu-memory", "24GiB", *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith(message), err
+    assert "torch" not in sys.modules
+
+
+def test_verify_without_zero_core_says_to_install_it():
+    done = run_zero("plan", "--verify", "--preset", "pythia-1.4b", "--gpu-memory", "24GiB",
+                    ZERO_DISABLE_PLUGINS="core")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (
+        "zero: error: --verify: needs zero-core, whose dry run traces each configuration (it implements the "
+        "zero_verify_candidate hook); install it: pip install zero-core (or pip install -e packages/zero-core)")
