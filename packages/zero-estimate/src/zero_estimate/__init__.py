@@ -8,6 +8,7 @@ Two models of memory:
 """
 from ._ds_config import load_ds_config, settings_from_ds_config
 from ._ds_table import DsRow
+from ._ds_write import WrittenConfig, complete_ds_config, save_ds_config
 from ._errors import EstimateError
 from ._estimate import Estimate, estimate
 from ._lines import LOCATIONS, PHASES, Line
@@ -16,6 +17,7 @@ from zero_plugins.model_presets import PRESETS
 from ._settings import Cluster, Training, ZeroSettings
 from ._sources import from_hf_config, from_module, from_numbers, from_preset
 from ._spec import LoraSpec, ModelSpec, ModuleParams, TransformerShape
+from ._step_traffic import Rates, StepTraffic, step_traffic
 from .__about__ import __version__
 from .stage3 import (
     estimate_zero3_model_states_mem_needs,
@@ -44,10 +46,14 @@ __all__ = [
     "ModelSpec",
     "ModuleParams",
     "Plan",
+    "Rates",
+    "StepTraffic",
     "Training",
     "TransformerShape",
+    "WrittenConfig",
     "ZeroSettings",
     "__version__",
+    "complete_ds_config",
     "estimate",
     "estimate_zero2_model_states_mem_needs",
     "estimate_zero2_model_states_mem_needs_all_cold",
@@ -62,5 +68,7 @@ __all__ = [
     "load_ds_config",
     "model_to_params",
     "plan",
+    "save_ds_config",
     "settings_from_ds_config",
+    "step_traffic",
 ]

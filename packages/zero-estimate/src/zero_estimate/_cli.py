@@ -9,9 +9,11 @@ from collections.abc import Callable
 from zero_plugins import CommandResult
 
 from . import _cli_args, _ds_config, _report, _verify_cli
+from ._ds_write import WrittenConfig, complete_ds_config, save_ds_config
 from ._errors import EstimateError
-from ._estimate import estimate
-from ._plan import Limits, plan
+from ._estimate import Estimate, estimate
+from ._plan import Candidate, Limits, plan
+from ._verify_cli import Setup
 from ._plan_report import plan_text
 from ._settings import ZeroSettings
 from ._spec import ModelSpec
@@ -119,6 +121,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--gpu-memory", metavar="SIZE", help="memory of each GPU, e.g. 24GB (binary units); required")
     limits.add_argument("--cpu-memory", metavar="SIZE", help="host memory per node (default: not checked)")
     limits.add_argument("--nvme", metavar="SIZE", help="NVMe space per node; NVMe offload is tried only when given")
+    output = parser.add_argument_group("output")
+    output.add_argument("--write", metavar="PATH", help="write the top fitting configuration as a complete ds_config")
+    output.add_argument("--force", action="store_true", help="with --write: replace an existing file")
+    output.add_argument("--nvme-path", metavar="DIR", help="the NVMe offload directory written into ds_configs "
+                        "(default: --ds-config's nvme_path)")
     _cli_args.add_model_arguments(parser)
     _cli_args.add_setup_arguments(parser, offload=False)
     _verify_cli.add_verify_arguments(parser)
@@ -139,18 +146,66 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
     training = _cli_args.training_from_args(args, model, base_training)
     # Bucket sizes and bounds; the plan sets stage and offload (stage 3 allows any offload a ds_config gives).
     base = _cli_args.zero_from_args(args, 3, base_zero)
+    base_ds = None if args.ds_config is None else _ds_config.load_ds_config(args.ds_config)
+    if args.force and args.write is None:
+        raise EstimateError("goes with --write PATH", "--force")
     if args.verify:
-        given = None if args.ds_config is None else _ds_config.load_ds_config(args.ds_config)
-        verified = _verify_cli.run_verify(args, model, cluster, limits, training, base, given)
-        text = verified.pop("text")
-        data = {"model": _model_dict(model), "gpus_per_node": cluster.gpus_per_node, "nodes": cluster.nodes,
-                "verify": verified}
-        return CommandResult(data, f"{_report.describe(estimate(model, cluster, training, base))}\n\n{text}")
+        return _plan_verified(args, model, Setup(cluster, limits, training, base), base_ds)
     result = plan(model, cluster, limits, training, base)
+    if args.write is not None:
+        if not result.fits:
+            raise EstimateError("nothing fits the limits, so there is no configuration to write; nothing was "
+                                "written", "--write")
+        write_chosen(args, result.fits[0].estimate, base_ds)
     data = {
         "model": _model_dict(model),
         "gpus_per_node": cluster.gpus_per_node,
         "nodes": cluster.nodes,
         **result.as_dict(),
+        # Each candidate with its complete ds_config, as --write would write it.
+        **{key: [{**c.as_dict(), "ds_config": candidate_ds_config(c, base_ds, args.nvme_path)} for c in candidates]
+           for key, candidates in (("fits", result.fits), ("misses", result.misses))},
     }
     return CommandResult(data, plan_text(result))
+
+
+def _plan_verified(args: argparse.Namespace, model: ModelSpec, setup: Setup,
+                   base_ds: dict[str, object] | None) -> CommandResult:
+    """`zero plan --verify`: the search's report, and with --write the best verified configuration written."""
+    if args.write is not None:
+        _verify_cli.check_write_target(args.write, force=args.force)  # before the search, not after it
+    verified = _verify_cli.run_verify(args, model, setup, base_ds)
+    if args.write is not None:
+        if verified.chosen is None:
+            raise EstimateError("nothing verified fits, so there is no configuration to write; nothing was written "
+                                "(the traces are cached: run again without --write to see the search)", "--write")
+        write_chosen(args, verified.chosen, base_ds)
+    data = {"model": _model_dict(model), "gpus_per_node": setup.cluster.gpus_per_node, "nodes": setup.cluster.nodes,
+            "verify": verified.data}
+    described = _report.describe(estimate(model, setup.cluster, setup.training, setup.zero))
+    return CommandResult(data, f"{described}\n\n{verified.text}")
+
+
+def write_chosen(args: argparse.Namespace, chosen: Estimate, base_ds: dict[str, object] | None) -> WrittenConfig:
+    """--write: the chosen configuration's complete ds_config to args.write, and on stderr what DeepSpeed lacks
+    and what the training script must match."""
+    written = complete_ds_config(chosen, base_ds, nvme_path=args.nvme_path)
+    save_ds_config(written, args.write, force=args.force)
+    zero = chosen.zero
+    print(f"zero: wrote {args.write}: stage {zero.stage}, offload {zero.label()}", file=sys.stderr)
+    if written.keys_deepspeed_lacks:
+        print(f"zero: note: DeepSpeed 0.19.8 lacks {', '.join(written.keys_deepspeed_lacks)} (listed in the file's "
+              "keys_deepspeed_lacks); delete them to run it under DeepSpeed", file=sys.stderr)
+    for note in written.notes:
+        print(f"zero: note: the config assumes {note}", file=sys.stderr)
+    return written
+
+
+def candidate_ds_config(
+    candidate: Candidate, base_ds: dict[str, object] | None, nvme_path: str | None
+) -> dict[str, object]:
+    """--json: a candidate's complete ds_config, or why it cannot be written (NVMe offload without a path)."""
+    try:
+        return complete_ds_config(candidate.estimate, base_ds, nvme_path=nvme_path).as_dict()
+    except EstimateError as error:
+        return {"config": None, "error": str(error)}

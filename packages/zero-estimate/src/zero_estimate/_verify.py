@@ -19,7 +19,7 @@ from zero_plugins import PluginHook, ZeroError, plugin_hooks, use_hookspecs
 from . import _verify_hookspecs
 from ._errors import EstimateError
 from ._plan import Limits
-from ._units import gib
+from ._units import human_size
 from ._verify_cache import VerifyCache
 from ._verify_search import Trial
 
@@ -122,18 +122,18 @@ def _verify(trial: Trial, request: dict[str, Any], key: str, budget: Budget, gpu
 def judge(measured: Mapping[str, Any], budget: Budget, gpus_per_node: int) -> tuple[Verdict, str]:
     """Fits, or not and by how much: the traced GPU peak against the budget, host memory per node against its limit."""
     peak = int(measured["gpu_peak"])
-    shown = f"{gib(budget.limits.gpu_memory)} GiB less {budget.headroom:.0%} headroom = {gib(budget.gpu)} GiB"
+    shown = f"{human_size(budget.limits.gpu_memory)} less {budget.headroom:.0%} headroom = {human_size(budget.gpu)}"
     problems = []
     if peak > budget.gpu:
-        problems.append(f"GPU peak {gib(peak)} GiB ({measured['gpu_peak_phase']}) is {gib(peak - budget.gpu)} GiB "
+        problems.append(f"GPU peak {human_size(peak)} ({measured['gpu_peak_phase']}) is {human_size(peak - budget.gpu)} "
                         f"over {shown}")
     host, host_limit = int(measured["host_peak"]) * gpus_per_node, budget.limits.cpu_memory
     if host_limit is not None and host > host_limit:
-        problems.append(f"host memory {gib(host)} GiB per node is {gib(host - host_limit)} GiB over "
-                        f"{gib(host_limit)} GiB")
+        problems.append(f"host memory {human_size(host)} per node is {human_size(host - host_limit)} over "
+                        f"{human_size(host_limit)}")
     if problems:
         return Verdict.OVER, "; ".join(problems)
-    return Verdict.FITS, f"GPU peak {gib(peak)} GiB ({measured['gpu_peak_phase']}), {gib(budget.gpu - peak)} GiB " \
+    return Verdict.FITS, f"GPU peak {human_size(peak)} ({measured['gpu_peak_phase']}), {human_size(budget.gpu - peak)} " \
                          f"under {shown}"
 
 

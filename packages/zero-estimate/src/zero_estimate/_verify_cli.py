@@ -5,21 +5,24 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zero_plugins import read_config_text
+from zero_plugins import OutputPathError, check_output_path, is_link, read_config_text
 from zero_plugins.model_presets import PRESETS, causal_lm_presets
 
 from ._errors import EstimateError
-from ._plan import Limits
+from ._estimate import Estimate
+from ._plan import Candidate, Limits
 from ._settings import Cluster, Training, ZeroSettings
 from ._spec import ModelSpec
-from ._verify import Budget, dry_run_hook, search
+from ._step_traffic import step_traffic
+from ._verify import Budget, Outcome, dry_run_hook, search
 from ._verify_cache import VerifyCache, cache_dir, cache_key
 from ._verify_report import outcome_dict, verify_text
 from ._verify_request import OPTIMIZER_BLOCKS, RunSettings, dry_run_request
-from ._verify_search import Trial, trials
+from ._verify_search import trials
 
 DEFAULT_HEADROOM = 0.10  # allocator fragmentation and the CUDA context (docs/plan.md, "Headroom")
 MAX_HEADROOM = 0.5
@@ -44,29 +47,47 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
                        help="trace every configuration again, keeping nothing (default: reuse earlier traces)")
 
 
-def run_verify(args: argparse.Namespace, model: ModelSpec, cluster: Cluster, limits: Limits, training: Training,
-               zero: ZeroSettings, given: dict[str, Any] | None) -> dict[str, Any]:
-    """The search, as the `--json` document's "verify" (and its text under "text")."""
+@dataclass(frozen=True)
+class Setup:
+    """What `zero plan` was given besides the model: the hardware, its limits, the training loop and ZeRO settings."""
+
+    cluster: Cluster
+    limits: Limits
+    training: Training
+    zero: ZeroSettings
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The search as the `--json` document's "verify", its text, and the best verified configuration (or None)."""
+
+    data: dict[str, Any]
+    text: str
+    chosen: Estimate | None
+
+
+def run_verify(args: argparse.Namespace, model: ModelSpec, setup: Setup, given: dict[str, Any] | None) -> Verified:
     reference, model_config = _model_reference(args)
-    _check_training(training, given)
+    _check_training(setup.training, given)
+    limits = setup.limits
     budget = Budget(limits, _headroom(args.headroom))
     count = _whole(args.verify_count, "--verify-count", 1, 100)
     run = RunSettings(reference, model.lora.rank if model.lora else None, _whole(args.steps, "--steps", 1, 10),
                       limits.gpu_memory, float(_whole(args.timeout, "--timeout", 1, 86400)))
     hook = dry_run_hook()  # refused here, before anything is planned, when zero-core is not installed
 
-    def identity(candidate: Any) -> str:
+    def identity(candidate: Candidate) -> str:
         return cache_key(dry_run_request(candidate.estimate, given, run), model_config)
 
     budget_limits = Limits(budget.gpu, limits.cpu_memory, limits.nvme)
-    planned: list[Trial] = trials(model, cluster, budget_limits, training, zero, identity)
+    planned = trials(model, setup.cluster, budget_limits, setup.training, setup.zero, identity)
     requests = [dry_run_request(t.candidate.estimate, given, run) for t in planned]
     keys = [cache_key(request, model_config) for request in requests]
     started = time.monotonic()
     cache = VerifyCache(None if args.no_cache else cache_dir())
-    outcomes = search(planned, requests, keys, budget, count, cluster.gpus_per_node, cache, hook)
-    survivors = [o for o in outcomes if o.fits]
-    return {
+    outcomes = search(planned, requests, keys, budget, count, setup.cluster.gpus_per_node, cache, hook)
+    survivors = ranked([o for o in outcomes if o.fits])
+    data = {
         "budget": {"gpu_memory": limits.gpu_memory, "headroom": budget.headroom, "gpu_budget": budget.gpu,
                    "cpu_memory": limits.cpu_memory, "nvme": limits.nvme},
         "verify_count": count,
@@ -74,9 +95,30 @@ def run_verify(args: argparse.Namespace, model: ModelSpec, cluster: Cluster, lim
         "cache": None if cache.directory is None else str(cache.directory),
         "seconds": round(time.monotonic() - started, 1),
         "candidates": [outcome_dict(o) for o in outcomes],
+        # Indices into candidates, best first by the throughput proxy (step_traffic's cost_per_token).
         "survivors": [outcomes.index(o) for o in survivors],
-        "text": verify_text(outcomes, survivors, budget, count),
     }
+    chosen = survivors[0].trial.candidate.estimate if survivors else None
+    return Verified(data, verify_text(outcomes, survivors, budget, count), chosen)
+
+
+def ranked(survivors: list[Outcome]) -> list[Outcome]:
+    """Best first by the throughput proxy: nominal step time per token (lower is better); ties keep search order."""
+    return sorted(survivors, key=lambda o: step_traffic(o.trial.candidate.estimate).cost_per_token)
+
+
+def check_write_target(path: str, *, force: bool) -> None:
+    """--write's path checked before the search, as save_ds_config will check it after."""
+    target = Path(path)
+    if is_link(target):
+        raise EstimateError(f"{target} is a symbolic link, which zero does not write through or replace; pass "
+                            "another path, or remove the link", "--write")
+    try:
+        check_output_path(target, "--write")
+    except OutputPathError as error:
+        raise EstimateError(str(error)) from None
+    if target.exists() and not force:
+        raise EstimateError(f"{target} exists; pass --force to replace it, or another path", "--write")
 
 
 def _model_reference(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

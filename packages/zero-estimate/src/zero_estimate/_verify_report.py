@@ -6,7 +6,8 @@ from typing import Any
 
 from zero_plugins import format_table
 
-from ._units import gib
+from ._step_traffic import step_traffic
+from ._units import human_size
 from ._verify import Budget, Outcome, Verdict
 
 # The ledger's name for stage 3's gathered weights: what autograd or the prefetch holds of the whole layers.
@@ -23,6 +24,7 @@ def outcome_dict(outcome: Outcome) -> dict[str, Any]:
         "request": {k: v for k, v in outcome.request.items() if k != "ds_config"},
         "formula": {"gpu_peak": formula_peak, "gpu_peak_phase": phase, "cpu_peak_per_node": e.peak("cpu")[1],
                     "nvme_per_node": e.peak("nvme")[1], "over": outcome.trial.candidate.over},
+        "proxy": step_traffic(e).as_dict(),
         "verdict": outcome.verdict.value,
         "reason": outcome.reason,
         "verified": outcome.measured,
@@ -33,8 +35,8 @@ def outcome_dict(outcome: Outcome) -> dict[str, Any]:
 
 
 def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budget, count: int) -> str:
-    parts = [f"Verified by the dry run (the engine traced on fake CUDA tensors), budget {gib(budget.gpu)} GiB per GPU "
-             f"({gib(budget.limits.gpu_memory)} GiB less {budget.headroom:.0%} headroom):"]
+    parts = [f"Verified by the dry run (the engine traced on fake CUDA tensors), budget {human_size(budget.gpu)} per GPU "
+             f"({human_size(budget.limits.gpu_memory)} less {budget.headroom:.0%} headroom):"]
     headers = ["#", "stage", "offload", "ckpt", "mb", "formula GPU", "traced GPU", "traced host/rank", "verdict",
                "time"]
     rows = [_row(i, o) for i, o in enumerate(outcomes, start=1) if o.verdict is not Verdict.NOT_TRIED]
@@ -43,10 +45,12 @@ def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budge
     if not_tried:
         parts.append(f"{not_tried} more planned configuration(s) not traced: {count} had fitted (--verify-count)")
     if survivors:
-        lines = [f"Fits, verified ({len(survivors)} of {count} asked for), best first:"]
+        lines = [f"Fits, verified ({len(survivors)} of {count} asked for), best first by the throughput proxy "
+                 "(nominal step time per token; docs/plan.md, \"Ranking\"):"]
         for rank, o in enumerate(survivors, start=1):
             lines.append(f"  {rank}. {o.trial.label()}: {o.reason}")
             lines.append(f"     per rank: {_per_rank(o.measured or {})}")
+            lines.append(f"     per step and rank: {_proxy(o)}")
         parts.append("\n".join(lines))
     else:
         parts.append("Nothing planned fits by the dry run; the nearest traced misses are above.")
@@ -67,12 +71,12 @@ def stage3_note(outcome: Outcome) -> str | None:
     measured = outcome.measured
     categories: Mapping[str, int] = measured["categories"]
     largest = sorted(categories.items(), key=lambda item: -item[1])[:4]
-    shown = ", ".join(f"{name} {gib(size)} GiB" for name, size in largest)
+    shown = ", ".join(f"{name} {human_size(size)}" for name, size in largest)
     held = categories.get(HELD, 0)
     linear = "on: autograd keeps no gathered weight" if zero.memory_efficient_linear else \
         "off: autograd keeps each gathered weight for backward"
-    return (f"{outcome.verdict.value} with peak {gib(int(measured['gpu_peak']))} GiB in {measured['gpu_peak_phase']}: "
-            f"{shown}; held weights ({HELD}) {gib(held)} GiB with memory_efficient_linear {linear}")
+    return (f"{outcome.verdict.value} with peak {human_size(int(measured['gpu_peak']))} in {measured['gpu_peak_phase']}: "
+            f"{shown}; held weights ({HELD}) {human_size(held)} with memory_efficient_linear {linear}")
 
 
 def _row(index: int, o: Outcome) -> list[str]:
@@ -80,10 +84,18 @@ def _row(index: int, o: Outcome) -> list[str]:
     traced = o.measured or {}
     time_taken = "cached" if o.cached else ("-" if o.verdict is Verdict.SKIPPED else f"{o.seconds:.0f} s")
     return [str(index), str(e.zero.stage), e.zero.label(), e.training.checkpointing, str(e.training.micro_batch),
-            gib(e.peak("gpu")[1]), gib(int(traced["gpu_peak"])) if traced else "-",
-            gib(int(traced["host_peak"])) if traced else "-", o.verdict.value, time_taken]
+            human_size(e.peak("gpu")[1]), human_size(int(traced["gpu_peak"])) if traced else "-",
+            human_size(int(traced["host_peak"])) if traced else "-", o.verdict.value, time_taken]
+
+
+def _proxy(o: Outcome) -> str:
+    t = step_traffic(o.trial.candidate.estimate)
+    return (f"{t.tokens:,} tokens, gather {human_size(t.gathered_bytes)} + reduce {human_size(t.reduced_bytes)}, "
+            f"host<->device {human_size(t.host_to_device_bytes + t.device_to_host_bytes)}, "
+            f"NVMe {human_size(t.nvme_read_bytes + t.nvme_write_bytes)}, recompute {t.recompute_flops / 1e12:,.1f} TFLOP; "
+            f"transfer-bound {t.transfer_bound:.0%}")
 
 
 def _per_rank(measured: Mapping[str, Any]) -> str:
     ranks: Mapping[str, int] = measured.get("ranks", {})
-    return ", ".join(f"rank {rank} {gib(size)} GiB" for rank, size in ranks.items())
+    return ", ".join(f"rank {rank} {human_size(size)}" for rank, size in ranks.items())

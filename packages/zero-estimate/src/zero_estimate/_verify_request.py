@@ -87,7 +87,7 @@ def _fresh(e: Estimate) -> dict[str, Any]:
 def _read_at(path: list[str], e: Estimate) -> bool:
     """Whether the engine reads this zero_optimization key at the estimate's stage and offload."""
     if path[0] in _OFFLOAD_BLOCKS:
-        return getattr(e.zero, path[0]) != "none"
+        return bool(getattr(e.zero, path[0]) != "none")
     if path[0].startswith("stage3_") or path[0] == "memory_efficient_linear":
         return e.zero.stage == 3
     return not (path[0] == "step_in_backward" and e.zero.stage != 3)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ._plan import Candidate, Limits, plan
 from ._settings import Cluster, Training, ZeroSettings
@@ -68,7 +69,7 @@ def levers(training: Training, zero: ZeroSettings) -> list[Lever]:
     if training.attention == "eager":
         training = replace(training, attention="sdpa")
         sets.append(Lever("sdpa attention", training, zero))
-    smaller = {key: value for key, value in SMALL_BUFFERS.items() if getattr(zero, key) > value}
+    smaller: dict[str, Any] = {key: value for key, value in SMALL_BUFFERS.items() if getattr(zero, key) > value}
     if smaller:
         zero = replace(zero, **smaller)
         sets.append(Lever("smaller buckets", training, zero))

@@ -4,6 +4,7 @@
 """
 from ._activation import ActivationCheckpointingConfig, check_contiguous
 from ._aio import AioConfig
+from ._base import ConfigModel
 from ._batch import resolve_batch_sizes
 from ._checkpoint import CheckpointConfig, TagValidation
 from ._errors import ConfigError, IgnoredConfigKeysWarning
@@ -20,6 +21,7 @@ __all__ = [
     "AioConfig",
     "BF16Config",
     "CheckpointConfig",
+    "ConfigModel",
     "ConfigError",
     "FP16Config",
     "IgnoredConfigKeysWarning",

@@ -71,6 +71,7 @@ class ZeroConfig(ConfigModel):
         "sparse_attention": "sparse attention was removed from DeepSpeed",
         "sparse_gradients": "sparse embedding-gradient compression was removed from DeepSpeed",
     }
+    ZERO_ONLY = frozenset({"non_finite_steps", "keys_deepspeed_lacks"})
     TRAINER_FILLS = frozenset(
         {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping"}
     )
@@ -93,6 +94,9 @@ class ZeroConfig(ConfigModel):
     activation_checkpointing: ActivationCheckpointingConfig | None = None
     # zero's own: when steps skipped for non-finite gradients should stop the run.
     non_finite_steps: NonFiniteStepsConfig = Field(default_factory=NonFiniteStepsConfig)
+    # zero's own: the dotted paths of this file's keys that DeepSpeed does not have (`zero plan --write` lists
+    # them, so a DeepSpeed run knows what to delete). Read and otherwise ignored; DeepSpeed skips it.
+    keys_deepspeed_lacks: list[str] = Field(default_factory=list)
     # None: never print (DeepSpeed 0.19's default).
     steps_per_print: PositiveInt | None = None
     wall_clock_breakdown: Bool = False
