@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import run_main, run_zero
 from zero_estimate import Cluster, EstimateError, Limits, Training, from_preset
 from zero_estimate._settings import ZeroSettings
+from zero_estimate._verify import Budget, Verdict, judge
 from zero_estimate._verify_cache import VerifyCache, cache_dir, cache_key
 from zero_estimate._verify_request import RunSettings, dry_run_request
 from zero_estimate._verify_search import SMALL_BUFFERS, levers, trials
@@ -148,3 +149,14 @@ def test_verify_without_zero_core_says_to_install_it():
     assert done.stderr.strip() == (
         "zero: error: --verify: needs zero-core, whose dry run traces each configuration (it implements the "
         "zero_verify_candidate hook); install it: pip install zero-core (or pip install -e packages/zero-core)")
+
+
+def test_a_trace_is_judged_against_the_gpu_less_its_headroom_and_host_memory_per_node():
+    measured = {"gpu_peak": 22 * GIB, "gpu_peak_phase": "backward", "host_peak": 10 * GIB}
+    budget = Budget(Limits(24 * GIB, cpu_memory=32 * GIB), 0.10)
+    assert budget.gpu == int(21.6 * GIB)
+    assert judge(measured, budget, gpus_per_node=4) == (Verdict.OVER, (
+        "GPU peak 22.00 GiB (backward) is 409.6 MiB over 24.00 GiB less 10% headroom = 21.60 GiB; "
+        "host memory 40.00 GiB per node is 8.00 GiB over 32.00 GiB"))
+    assert judge(measured, Budget(Limits(24 * GIB, cpu_memory=40 * GIB), 0.05), gpus_per_node=4) == (
+        Verdict.FITS, "GPU peak 22.00 GiB (backward), 819.2 MiB under 24.00 GiB less 5% headroom = 22.80 GiB")
