@@ -1,7 +1,7 @@
 """The configurations `zero plan --verify` traces: finite, and in the order they are tried.
 
 The planner's ladder (stage x offload, cheapest first, checkpointing as its lever) is run once per lever set,
-each set adding one lever to the one before, in the order of what they cost a step:
+each set adding one lever to the one before:
 
 1. as given;
 2. memory_efficient_linear on (stage 3: autograd keeps no gathered weight; costs nothing), if it was off;
@@ -10,7 +10,10 @@ each set adding one lever to the one before, in the order of what they cost a st
 5. the micro-batch halved, down to 1, gradient accumulation raised to keep the batch (fewer tokens per pass).
 
 From each set come the configurations the formula fits in the budget, then its near misses (over by at most
-NEAR_MISS: the estimator is a few percent off in places, docs/estimate.md), each configuration once.
+NEAR_MISS: the estimator is a few percent off in places, docs/estimate.md), each configuration once. They are
+tried in tiers of what the levers cost a step, each tier in the order above: first sets 1-4 as the planner gives
+them without checkpointing (levers that cost next to nothing), then sets 1-4 with the checkpointing the planner
+added (one more forward per step), then the smaller micro-batches.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ class Lever:
     name: str
     training: Training
     zero: ZeroSettings
+    free: bool = True  # costs a step next to nothing (all but a smaller micro-batch)
 
 
 @dataclass(frozen=True)
@@ -77,21 +81,26 @@ def levers(training: Training, zero: ZeroSettings) -> list[Lever]:
     while training.micro_batch > 1:
         micro = training.micro_batch // 2
         training = replace(training, micro_batch=micro, grad_accum=-(-batch // micro))
-        sets.append(Lever(f"micro-batch {micro}", training, zero))
+        sets.append(Lever(f"micro-batch {micro}", training, zero, free=False))
     return sets
 
 
 def trials(model: ModelSpec, cluster: Cluster, limits: Limits, training: Training, zero: ZeroSettings,
            identity: Callable[[Candidate], str]) -> list[Trial]:
-    """Every lever set's fits, then near misses, each configuration once (`identity`: what makes two the same)."""
-    found: list[Trial] = []
+    """Every lever set's fits, then near misses, each configuration once (`identity`: what makes two the same),
+    in the tiers of the module's docstring."""
+    found: list[tuple[int, Trial]] = []
     seen: set[str] = set()
     for lever in levers(training, zero):
         result = plan(model, cluster, limits, lever.training, lever.zero)
         near = [c for c in result.misses if c.shortfall(limits) <= NEAR_MISS]
         for candidate in result.fits + near:
             key = identity(candidate)
-            if key not in seen:
-                seen.add(key)
-                found.append(Trial(lever.name, candidate))
-    return found
+            if key in seen:
+                continue
+            seen.add(key)
+            added = candidate.estimate.training.checkpointing != lever.training.checkpointing
+            name = lever.name if not added else "checkpointing" if lever.name == "as given" else \
+                f"{lever.name}, checkpointing"
+            found.append((0 if lever.free and not added else 1 if lever.free else 2, Trial(name, candidate)))
+    return [trial for _, trial in sorted(found, key=lambda item: item[0])]  # stable: each tier in its order
