@@ -142,6 +142,11 @@ def test_bad_input_is_one_line_and_exit_status_2(capsys: pytest.CaptureFixture[s
     assert "torch" not in sys.modules
 
 
+def test_a_flag_of_verify_without_it_is_refused(capsys: pytest.CaptureFixture[str]):
+    code, out, err = run_main(capsys, "plan", "--gpu-memory", "24GiB", "--preset", "pythia-1.4b", "--headroom", "0.2")
+    assert (code, out, err) == (2, "", "zero: error: --headroom: goes with --verify; add --verify, or leave it out\n")
+
+
 def test_verify_without_zero_core_says_to_install_it():
     done = run_zero("plan", "--verify", "--preset", "pythia-1.4b", "--gpu-memory", "24GiB",
                     ZERO_DISABLE_PLUGINS="core")

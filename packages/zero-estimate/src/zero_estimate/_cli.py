@@ -151,6 +151,7 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
         raise EstimateError("goes with --write PATH", "--force")
     if args.verify:
         return _plan_verified(args, model, Setup(cluster, limits, training, base), base_ds)
+    _verify_cli.refuse_without_verify(args)
     result = plan(model, cluster, limits, training, base)
     if args.write is not None:
         if not result.fits:

@@ -28,6 +28,10 @@ DEFAULT_HEADROOM = 0.10  # allocator fragmentation and the CUDA context (docs/pl
 MAX_HEADROOM = 0.5
 DEFAULT_COUNT = 3
 DEFAULT_STEPS = 2  # the second step's backward holds the optimizer states the first step made
+DEFAULT_TIMEOUT = 900
+# The flags that go with --verify: argparse's attribute -> the flag.
+_VERIFY_FLAGS = {"verify_count": "--verify-count", "headroom": "--headroom", "steps": "--steps", "timeout": "--timeout",
+                 "no_cache": "--no-cache"}
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,14 +39,14 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--verify", action="store_true",
                        help="trace the planned configurations with the real engine on fake tensors, in order, until "
                             "--verify-count fit; needs zero-core and --preset or --config (docs/plan.md)")
-    group.add_argument("--verify-count", metavar="K", default=str(DEFAULT_COUNT),
+    group.add_argument("--verify-count", metavar="K",
                        help=f"configurations to verify (default {DEFAULT_COUNT})")
-    group.add_argument("--headroom", metavar="FRACTION", default=str(DEFAULT_HEADROOM),
+    group.add_argument("--headroom", metavar="FRACTION",
                        help=f"part of --gpu-memory kept free for allocator fragmentation and the CUDA context, e.g. "
                             f"0.1 or 10%% (default {DEFAULT_HEADROOM:g})")
-    group.add_argument("--steps", metavar="N", default=str(DEFAULT_STEPS),
+    group.add_argument("--steps", metavar="N",
                        help=f"training steps each trace runs (default {DEFAULT_STEPS})")
-    group.add_argument("--timeout", metavar="SECONDS", default="900", help="stop one trace after this long (default 900)")
+    group.add_argument("--timeout", metavar="SECONDS", help=f"stop one trace after this long (default {DEFAULT_TIMEOUT})")
     group.add_argument("--no-cache", action="store_true",
                        help="trace every configuration again, keeping nothing (default: reuse earlier traces)")
 
@@ -70,10 +74,11 @@ def run_verify(args: argparse.Namespace, model: ModelSpec, setup: Setup, given: 
     reference, model_config = _model_reference(args)
     _check_training(setup.training, given)
     limits = setup.limits
-    budget = Budget(limits, _headroom(args.headroom))
-    count = _whole(args.verify_count, "--verify-count", 1, 100)
-    run = RunSettings(reference, model.lora.rank if model.lora else None, _whole(args.steps, "--steps", 1, 10),
-                      limits.gpu_memory, float(_whole(args.timeout, "--timeout", 1, 86400)))
+    budget = Budget(limits, DEFAULT_HEADROOM if args.headroom is None else _headroom(args.headroom))
+    count = _whole(args.verify_count, "--verify-count", 1, 100, DEFAULT_COUNT)
+    run = RunSettings(reference, model.lora.rank if model.lora else None,
+                      _whole(args.steps, "--steps", 1, 10, DEFAULT_STEPS), limits.gpu_memory,
+                      float(_whole(args.timeout, "--timeout", 1, 86400, DEFAULT_TIMEOUT)))
     hook = dry_run_hook()  # refused here, before anything is planned, when zero-core is not installed
 
     def identity(candidate: Candidate) -> str:
@@ -165,7 +170,16 @@ def _headroom(text: str) -> float:
     return value
 
 
-def _whole(text: str, flag: str, low: int, high: int) -> int:
+def refuse_without_verify(args: argparse.Namespace) -> None:
+    """A flag of --verify given without it would change nothing: refused, naming it."""
+    for name, flag in _VERIFY_FLAGS.items():
+        if getattr(args, name) not in (None, False):
+            raise EstimateError("goes with --verify; add --verify, or leave it out", flag)
+
+
+def _whole(text: str | None, flag: str, low: int, high: int, default: int) -> int:
+    if text is None:
+        return default
     try:
         value = int(text)
     except ValueError:
