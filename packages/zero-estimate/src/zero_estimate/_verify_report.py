@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from zero_plugins import format_table
+from zero_plugins import Category, format_table
 
+from ._estimate import estimate
 from ._step_traffic import step_traffic
 from ._units import human_size
 from ._verify import Budget, Outcome, Verdict
-
-# The ledger's name for stage 3's gathered weights: what autograd or the prefetch holds of the whole layers.
-HELD = "param.gathered"
 
 
 def outcome_dict(outcome: Outcome) -> dict[str, Any]:
@@ -56,7 +55,8 @@ def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budge
         parts.append("Nothing planned fits by the dry run; the nearest traced misses are above.")
     notes = [f"  {o.trial.label()}: {note}" for o in outcomes if (note := stage3_note(o))]
     if notes:
-        parts.append("What made stage 3 fit or not (the traced peak's largest ledger categories):\n" + "\n".join(notes))
+        parts.append("What made stage 3 fit or not (the traced peak's largest ledger categories, and the weights autograd "
+                     "held):\n" + "\n".join(notes))
     for o in outcomes:
         if o.verdict in (Verdict.REFUSED, Verdict.SKIPPED):
             parts.append(f"{o.verdict.value}: {o.trial.label()}: {o.reason}")
@@ -64,19 +64,29 @@ def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budge
 
 
 def stage3_note(outcome: Outcome) -> str | None:
-    """At stage 3, the traced peak's largest categories, the held weights named, and memory_efficient_linear's value."""
-    zero = outcome.trial.candidate.estimate.zero
-    if zero.stage != 3 or outcome.measured is None:
+    """At stage 3: the traced peak's largest categories, the held weights (autograd's saved gathered weights) and
+    memory_efficient_linear, with the formula's peak and held weights had it been the other way."""
+    e = outcome.trial.candidate.estimate
+    if e.zero.stage != 3 or outcome.measured is None:
         return None
     measured = outcome.measured
     categories: Mapping[str, int] = measured["categories"]
     largest = sorted(categories.items(), key=lambda item: -item[1])[:4]
     shown = ", ".join(f"{name} {human_size(size)}" for name, size in largest)
-    held = categories.get(HELD, 0)
-    linear = "on: autograd keeps no gathered weight" if zero.memory_efficient_linear else \
-        "off: autograd keeps each gathered weight for backward"
-    return (f"{outcome.verdict.value} with peak {human_size(int(measured['gpu_peak']))} in {measured['gpu_peak_phase']}: "
-            f"{shown}; held weights ({HELD}) {human_size(held)} with memory_efficient_linear {linear}")
+    linear = "on (autograd keeps no gathered weight)" if e.zero.memory_efficient_linear else \
+        "off (autograd keeps each gathered weight for backward)"
+    flipped = estimate(e.model, e.cluster, e.training,
+                       replace(e.zero, memory_efficient_linear=not e.zero.memory_efficient_linear))
+    phase, peak = flipped.peak("gpu")
+    other = f"{human_size(peak)} ({phase}), held weights {human_size(_held(flipped.by_category('gpu', phase)))}"
+    return (f"{outcome.verdict.value} with peak {human_size(int(measured['gpu_peak']))} in "
+            f"{measured['gpu_peak_phase']}: {shown}; held weights ({Category.PARAM_GATHERED_HELD.value}) "
+            f"{human_size(_held(categories))} with memory_efficient_linear {linear}; with it "
+            f"{'off' if e.zero.memory_efficient_linear else 'on'} the formula puts the peak at {other}")
+
+
+def _held(categories: Mapping[str, int]) -> int:
+    return int(categories.get(Category.PARAM_GATHERED_HELD.value, 0))
 
 
 def _row(index: int, o: Outcome) -> list[str]:

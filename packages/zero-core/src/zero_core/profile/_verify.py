@@ -7,11 +7,12 @@ its limits, and caches it keyed by the request.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from zero_plugins import AttentionKind
-from zero_plugins.ds_config import load_config
+from zero_plugins.ds_config import IgnoredConfigKeysWarning, load_config
 
 from ._attention import check_attention
 from ._cli import ProfileArgumentError
@@ -27,9 +28,11 @@ REQUIRED = ("model", "ds_config", "nproc", "micro_batch", "seq_len", "gradient_c
 
 def verify_candidate(request: Mapping[str, Any]) -> dict[str, Any]:
     """The dry run's peaks of one configuration on a CUDA target (see the hookspec for the keys)."""
-    profile = _profile_request(request)
     started = time.monotonic()
-    report = run_profile(profile)
+    with warnings.catch_warnings():  # `zero plan` read the user's config, and warned of its ignored keys, once
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
+        profile = _profile_request(request)
+        report = run_profile(profile)
     setting = report["settings"][0]
     peak = setting["peak"]["measured"]
     return {
