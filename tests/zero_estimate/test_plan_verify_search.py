@@ -12,8 +12,9 @@ import pytest
 from cli_helpers import run_main, run_zero
 from zero_estimate import Cluster, EstimateError, Limits, Training, from_preset
 from zero_estimate._settings import ZeroSettings
-from zero_estimate._verify import Budget, Verdict, judge
+from zero_estimate._verify import Budget, Outcome, Verdict, judge
 from zero_estimate._verify_cache import VerifyCache, cache_dir, cache_key
+from zero_estimate._verify_report import stage3_note
 from zero_estimate._verify_request import RunSettings, dry_run_request
 from zero_estimate._verify_search import SMALL_BUFFERS, levers, trials
 
@@ -165,3 +166,19 @@ def test_a_trace_is_judged_against_the_gpu_less_its_headroom_and_host_memory_per
         "host memory 40.00 GiB per node is 8.00 GiB over 32.00 GiB"))
     assert judge(measured, Budget(Limits(24 * GIB, cpu_memory=40 * GIB), 0.05), gpus_per_node=4) == (
         Verdict.FITS, "GPU peak 22.00 GiB (backward), 819.2 MiB under 24.00 GiB less 5% headroom = 22.80 GiB")
+
+
+def test_stage_3s_note_names_the_held_weights_and_the_formula_the_other_way():
+    zero = ZeroSettings(stage=3, memory_efficient_linear=False)
+    found = trials(from_preset("pythia-1.4b"), Cluster(4), Limits(80 * GIB), Training(seq_len=1024), zero,
+                   lambda c: cache_key(dry_run_request(c.estimate, None, RUN), {}))
+    trial = next(t for t in found if t.candidate.estimate.zero.stage == 3)
+    assert not trial.candidate.estimate.zero.memory_efficient_linear
+    measured = {"gpu_peak": 9 * GIB, "gpu_peak_phase": "backward", "host_peak": 0,
+                "categories": {"param.gathered.held": 3 * GIB, "activations": 5 * GIB, "param.partition": GIB}}
+    outcome = Outcome(trial, {}, Verdict.FITS, "", measured, 1.0, False)
+    assert stage3_note(outcome) == (
+        "fits with peak 9.00 GiB in backward: activations 5.00 GiB, param.gathered.held 3.00 GiB, param.partition "
+        "1.00 GiB; held weights (param.gathered.held) 3.00 GiB with memory_efficient_linear off (autograd keeps "
+        "each gathered weight for backward); with it on the formula puts the peak at 6.03 GiB (backward), held "
+        "weights 0.0 MiB")
