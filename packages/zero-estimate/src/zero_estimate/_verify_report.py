@@ -75,14 +75,18 @@ def stage3_note(outcome: Outcome) -> str | None:
     shown = ", ".join(f"{name} {human_size(size)}" for name, size in largest)
     linear = "on (autograd keeps no gathered weight)" if e.zero.memory_efficient_linear else \
         "off (autograd keeps each gathered weight for backward)"
+    note = (f"{outcome.verdict.value} with peak {human_size(int(measured['gpu_peak']))} in "
+            f"{measured['gpu_peak_phase']}: {shown}; held weights ({Category.PARAM_GATHERED_HELD.value}) "
+            f"{human_size(_held(categories))} with memory_efficient_linear {linear}")
+    if e.training.checkpointing == "full":
+        # The estimator holds every layer's saved weights even where checkpointing frees them layer by layer, so
+        # its figure with memory_efficient_linear off would mislead here.
+        return note
     flipped = estimate(e.model, e.cluster, e.training,
                        replace(e.zero, memory_efficient_linear=not e.zero.memory_efficient_linear))
     phase, peak = flipped.peak("gpu")
     other = f"{human_size(peak)} ({phase}), held weights {human_size(_held(flipped.by_category('gpu', phase)))}"
-    return (f"{outcome.verdict.value} with peak {human_size(int(measured['gpu_peak']))} in "
-            f"{measured['gpu_peak_phase']}: {shown}; held weights ({Category.PARAM_GATHERED_HELD.value}) "
-            f"{human_size(_held(categories))} with memory_efficient_linear {linear}; with it "
-            f"{'off' if e.zero.memory_efficient_linear else 'on'} the formula puts the peak at {other}")
+    return f"{note}; with it {'off' if e.zero.memory_efficient_linear else 'on'} the formula puts the peak at {other}"
 
 
 def _held(categories: Mapping[str, int]) -> int:
