@@ -79,12 +79,12 @@ def search(trials: list[Trial], requests: list[dict[str, Any]], keys: list[str],
     outcomes: list[Outcome] = []
     fitted, index = 0, 0
     for trial, request, key in zip(trials, requests, keys):
+        if fitted >= count:
+            outcomes.append(Outcome(trial, request, Verdict.NOT_TRIED, f"{count} had fitted", None, 0.0, False))
+            continue
         why_not = _untraceable(trial)
         if why_not is not None:
             outcomes.append(Outcome(trial, request, Verdict.SKIPPED, why_not, None, 0.0, False))
-            continue
-        if fitted >= count:
-            outcomes.append(Outcome(trial, request, Verdict.NOT_TRIED, f"{count} had fitted", None, 0.0, False))
             continue
         index += 1
         outcome = _verify(trial, request, key, budget, gpus_per_node, cache, hook,

@@ -57,9 +57,10 @@ def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budge
     if notes:
         parts.append("What made stage 3 fit or not (the traced peak's largest ledger categories, and the weights autograd "
                      "held):\n" + "\n".join(notes))
-    for o in outcomes:
-        if o.verdict in (Verdict.REFUSED, Verdict.SKIPPED):
-            parts.append(f"{o.verdict.value}: {o.trial.label()}: {o.reason}")
+    parts += [f"refused: {o.trial.label()}: {o.reason}" for o in outcomes if o.verdict is Verdict.REFUSED]
+    skipped = [o for o in outcomes if o.verdict is Verdict.SKIPPED]
+    if skipped:  # one reason for all: NVMe offload
+        parts.append(f"{len(skipped)} configuration(s) not verifiable ({skipped[0].reason})")
     return "\n\n".join(parts)
 
 
