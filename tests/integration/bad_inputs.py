@@ -300,6 +300,10 @@ CLI: list[tuple[list[str], str]] = [
     (["plan", "--params", "7B", "--gpu-memory", "80GB", "--nvme", "5000TB"], "--nvme"),
     (["plan", "--params", "7B", "--gpu-memory", "80GB", "--gpus", "1e7"], "--gpus"),
     (["plan", "--config", "{fifo}", "--gpu-memory", "80GB"], "named pipe"),
+    (["plan", "--params", "7B", "--gpu-memory", "80GB", "--force"], "--force"),
+    (["plan", "--params", "7B", "--gpu-memory", "80GB", "--write", "{dangling}"], "--write"),
+    (["plan", "--params", "7B", "--gpu-memory", "80GB", "--write", "{binary}"], "--write"),
+    (["plan", "--params", "7B", "--gpu-memory", "1GB", "--write", "{nosuch}"], "--write"),
     # zero checkpoint
     (["checkpoint"], "ACTION"),
     (["checkpoint", "nosuch"], "nosuch"),

@@ -7,8 +7,7 @@ import pytest
 from zero_estimate import (
     Cluster, EstimateError, Limits, LoraSpec, Training, ZeroSettings, complete_ds_config, estimate, from_preset, plan,
 )
-from zero_estimate._ds_write import keys_deepspeed_lacks
-from zero_plugins.ds_config import IgnoredConfigKeysWarning, load_config
+from zero_plugins.ds_config import IgnoredConfigKeysWarning, keys_deepspeed_lacks, load_config
 
 GIB = 2**30
 PYTHIA_LORA = from_preset("pythia-6.9b", lora=LoraSpec(128))
@@ -82,12 +81,19 @@ def test_the_nvme_candidate_is_written_whole():
             "stage3_max_live_parameters": 1_000_000_000,
             "overlap_comm": True,
             "memory_efficient_linear": True,
+            # not the plan's to decide: DeepSpeed's defaults, written out
+            "contiguous_gradients": True,
+            "reduce_scatter": True,
+            "allgather_partitions": True,
+            "stage3_max_reuse_distance": 1_000_000_000,
+            "stage3_gather_16bit_weights_on_model_save": False,
         },
         "aio": {"block_size": 1_048_576},
         "activation_checkpointing": {"cpu_checkpointing": True, "number_checkpoints": 32},
     }
     assert written.notes == [
         "2048 tokens per sample, sdpa attention",
+        "the client's optimizer is adamw (no optimizer block is written: the plan knows no learning rate)",
         "activation checkpointing of every layer in the model (e.g. model.gradient_checkpointing_enable()); the "
         "activation_checkpointing block only configures it",
         "LoRA adapters of rank 128 on all-linear; the base model frozen",
@@ -125,6 +131,7 @@ def test_the_users_config_keeps_its_other_keys_and_loses_auto_and_second_spellin
     assert config["optimizer"] == {"type": "AdamW", "params": {"lr": 3e-5}}
     zero = config["zero_optimization"]
     assert "cpu_offload" not in zero and "prefetch_bucket_size" not in zero and zero["contiguous_gradients"] is False
+    assert list(zero)[:2] == ["stage", "offload_optimizer"] and zero["reduce_scatter"] is True
     assert zero["offload_optimizer"] == {"device": "nvme", "nvme_path": "/from/base", "pipeline_read": True,
                                          "pin_memory": True, "buffer_count": 4}
     assert zero["stage3_prefetch_bucket_size"] == 50_000_000
@@ -153,6 +160,8 @@ def test_zeros_own_keys_are_listed_in_the_file_and_the_result():
         ({"zero_optimization": {"offload_param": {"nvme_path": "/a"}}, "wall_clock_breakdown": "auto"},
          'wall_clock_breakdown: is "auto", which the plan does not decide; set it in --ds-config'),
         (["stage", 3], "ds_config: must be a dict of ds_config keys (got list)"),
+        ({"zero_optimization": {"offload_param": {"nvme_path": "/a"}}, "steps_per_print": 0},
+         "steps_per_print: must be > 0 (got 0)"),
     ],
 )
 def test_what_the_plan_cannot_complete_is_an_error_naming_the_key(base, message):

@@ -21,6 +21,8 @@ def test_write_puts_the_top_fit_in_a_new_file_and_says_what_the_config_cannot(ca
     assert code == 0 and "Fits in 24.00 GiB per GPU" in out
     assert err == (f"zero: wrote {path}: stage 3, offload none/none\n"
                    "zero: note: the config assumes 1200 tokens per sample, eager attention\n"
+                   "zero: note: the config assumes the client's optimizer is adamw (no optimizer block is written: "
+                   "the plan knows no learning rate)\n"
                    "zero: note: the config assumes LoRA adapters of rank 128 on all-linear; the base model frozen\n")
     written = json.loads(path.read_text())
     assert written["zero_optimization"]["stage"] == 3 and written["fp16"] == {"enabled": True}

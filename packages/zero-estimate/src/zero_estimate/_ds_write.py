@@ -16,20 +16,17 @@ from __future__ import annotations
 import copy
 import json
 import os
-import typing
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zero_plugins import UnsafePathError, is_link, replace_file
+from zero_plugins import UnsafePathError, ds_default, is_link, replace_file
 
 from ._errors import EstimateError
 from ._estimate import Estimate
 from ._settings import Training, ZeroSettings
-
-if TYPE_CHECKING:  # pydantic is imported when a config is written
-    from zero_plugins.ds_config import ConfigModel
 
 # The top-level key that names, in the written file, the keys DeepSpeed does not have.
 LACKS_KEY = "keys_deepspeed_lacks"
@@ -45,6 +42,14 @@ _ZERO_SIZES = (
     "stage3_prefetch_bucket_size",
     "stage3_param_persistence_threshold",
     "stage3_max_live_parameters",
+)
+# zero_optimization keys the plan does not decide: written at DeepSpeed's defaults unless the user's block sets them.
+_ZERO_DEFAULTED = (
+    "contiguous_gradients",
+    "reduce_scatter",
+    "allgather_partitions",
+    "stage3_max_reuse_distance",
+    "stage3_gather_16bit_weights_on_model_save",
 )
 
 
@@ -75,6 +80,8 @@ def complete_ds_config(
     nvme_path: the directory of NVMe offload; without it the base's `nvme_path` stands, and an NVMe offload with
     neither is an error naming the key.
     """
+    from zero_plugins.ds_config import keys_deepspeed_lacks  # pydantic, imported when a config is written
+
     if base is not None and not isinstance(base, Mapping):
         raise EstimateError(f"must be a dict of ds_config keys (got {type(base).__name__})", "ds_config")
     config: dict[str, Any] = copy.deepcopy(dict(base or {}))
@@ -92,7 +99,8 @@ def complete_ds_config(
     lacks = keys_deepspeed_lacks(config)
     if lacks:
         config[LACKS_KEY] = lacks
-    return WrittenConfig(config, lacks, _notes(estimate))
+    _check_loads(config, estimate.cluster.world_size)
+    return WrittenConfig(config, lacks, _notes(estimate, has_optimizer="optimizer" in config))
 
 
 def save_ds_config(written: WrittenConfig, path: str | os.PathLike[str], *, force: bool = False) -> None:
@@ -114,11 +122,16 @@ def save_ds_config(written: WrittenConfig, path: str | os.PathLike[str], *, forc
         raise EstimateError(f"cannot write {target} ({error}); nothing was written", "--write") from None
 
 
-def keys_deepspeed_lacks(config: Mapping[str, Any]) -> list[str]:
-    """The dotted paths of the keys in `config` that zero reads and DeepSpeed 0.19.8 does not have."""
-    from zero_plugins.ds_config import ZeroConfig
+def _check_loads(config: dict[str, Any], world_size: int) -> None:
+    """zero's loader reads the written config (a base it refuses is refused here, with the loader's message)."""
+    from zero_plugins.ds_config import ConfigError, IgnoredConfigKeysWarning, load_config
 
-    return _zero_only(ZeroConfig, config, "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)  # said once already, when the base was read
+        try:
+            load_config(config, world_size=world_size)
+        except ConfigError as error:
+            raise EstimateError(error.problem, error.path or "ds_config") from None
 
 
 def _batch(config: dict[str, Any], training: Training, world_size: int) -> None:
@@ -138,6 +151,8 @@ def _precision(config: dict[str, Any], precision: str) -> None:
 
 
 def _zero_block(given: object, zero: ZeroSettings, nvme_path: str | None) -> dict[str, Any]:
+    from zero_plugins.ds_config import ZeroOptimizationConfig
+
     block = dict(given) if isinstance(given, Mapping) else {}
     written: dict[str, Any] = {
         "stage": zero.stage,
@@ -149,10 +164,15 @@ def _zero_block(given: object, zero: ZeroSettings, nvme_path: str | None) -> dic
     }
     if zero.step_in_backward:
         written["step_in_backward"] = True
+    names = ZeroOptimizationConfig.key_names()  # every spelling -> its setting
     # The legacy booleans stand for the offload blocks written here; other spellings of a written key would give
     # the setting twice.
-    dropped = _zero_spellings(written) | {"cpu_offload", "cpu_offload_param"}
-    return {**{key: value for key, value in block.items() if key not in dropped}, **written}
+    dropped = {key for key, field in names.items() if field in written} | {"cpu_offload", "cpu_offload_param"}
+    kept = {key: value for key, value in block.items() if key not in dropped}
+    # The settings the plan does not decide, at DeepSpeed's defaults where the user's block leaves them out.
+    given_fields = {names[key] for key in kept if key in names}
+    defaults = {key: ds_default(f"zero_optimization.{key}") for key in _ZERO_DEFAULTED if key not in given_fields}
+    return {**written, **defaults, **kept}  # disjoint: the plan's settings first
 
 
 def _offload(block: Mapping[str, Any], name: str, zero: ZeroSettings, nvme_path: str | None) -> dict[str, Any]:
@@ -189,15 +209,6 @@ def _block(config: Mapping[str, Any], key: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _zero_spellings(written: Mapping[str, Any]) -> set[str]:
-    """Every spelling (aliases too) of the zero_optimization settings `written` gives."""
-    from zero_plugins.ds_config import ZeroOptimizationConfig
-
-    names = ZeroOptimizationConfig.key_names()
-    fields = {names[key] for key in written}
-    return {key for key, field in names.items() if field in fields}
-
-
 def _refuse_auto(value: object, path: str) -> None:
     """A complete config holds no "auto"; one the candidate does not decide is named, with the fix."""
     if isinstance(value, Mapping):
@@ -210,43 +221,22 @@ def _refuse_auto(value: object, path: str) -> None:
         raise EstimateError('is "auto", which the plan does not decide; set it in --ds-config', path)
 
 
-def _zero_only(model: type[ConfigModel], data: Mapping[str, Any], path: str) -> list[str]:
-    found: list[str] = []
-    names = model.key_names()
-    for key, value in data.items():
-        here = f"{path}.{key}" if path else key
-        if key in model.ZERO_ONLY:
-            found.append(here)
-            continue
-        block = _block_model(model, names.get(key))
-        if block is not None and isinstance(value, Mapping):
-            found += _zero_only(block, value, here)
-    return found
-
-
-def _block_model(model: type[ConfigModel], field: str | None) -> type[ConfigModel] | None:
-    """The config block a field holds (`X | None` unwrapped), or None for a plain value."""
-    from zero_plugins.ds_config import ConfigModel
-
-    if field is None:
-        return None
-    annotation = model.model_fields[field].annotation
-    for candidate in (annotation, *typing.get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, ConfigModel):
-            return candidate
-    return None
-
-
-def _notes(estimate: Estimate) -> list[str]:
+def _notes(estimate: Estimate, *, has_optimizer: bool) -> list[str]:
     """What the plan assumed that the training script, not the ds_config, decides."""
     training, model = estimate.training, estimate.model
     notes = [f"{estimate.seq_len} tokens per sample, {training.attention} attention"]
+    if not has_optimizer:
+        notes.append(f"the client's optimizer is {training.optimizer} (no optimizer block is written: the plan "
+                     "knows no learning rate)")
     if training.checkpointing == "full":
         every = "every layer" if training.checkpoint_every == 1 else f"every {training.checkpoint_every} layers"
         notes.append(f"activation checkpointing of {every} in the model (e.g. model.gradient_checkpointing_enable()"
                      "); the activation_checkpointing block only configures it")
     elif training.checkpointing == "selective":
         notes.append("selective activation checkpointing in the model")
+    if training.offload_activations:
+        notes.append("what the layers save for backward kept in pinned host memory "
+                     "(zero_core.checkpointing.offload_saved_activations)")
     if model.lora is not None:
         notes.append(f"LoRA adapters of rank {model.lora.rank} on {', '.join(model.lora.targets)}; the base "
                      "model frozen")

@@ -45,7 +45,7 @@ def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budge
         parts.append(f"{not_tried} more planned configuration(s) not traced: {count} had fitted (--verify-count)")
     if survivors:
         lines = [f"Fits, verified ({len(survivors)} of {count} asked for), best first by the throughput proxy "
-                 "(nominal step time per token; docs/plan.md, \"Ranking\"):"]
+                 "(nominal step time per token; docs/estimate.md, \"How `zero plan --verify` ranks\"):"]
         for rank, o in enumerate(survivors, start=1):
             lines.append(f"  {rank}. {o.trial.label()}: {o.reason}")
             lines.append(f"     per rank: {_per_rank(o.measured or {})}")

@@ -4,11 +4,10 @@
 """
 from ._activation import ActivationCheckpointingConfig, check_contiguous
 from ._aio import AioConfig
-from ._base import ConfigModel
 from ._batch import resolve_batch_sizes
 from ._checkpoint import CheckpointConfig, TagValidation
 from ._errors import ConfigError, IgnoredConfigKeysWarning
-from ._loader import load_config, read_config_file
+from ._loader import keys_deepspeed_lacks, load_config, read_config_file
 from ._model import ZeroConfig
 from ._nonfinite import NonFiniteStepsConfig
 from ._offload import OffloadDevice, OffloadOptimizerConfig, OffloadParamConfig
@@ -21,7 +20,6 @@ __all__ = [
     "AioConfig",
     "BF16Config",
     "CheckpointConfig",
-    "ConfigModel",
     "ConfigError",
     "FP16Config",
     "IgnoredConfigKeysWarning",
@@ -37,5 +35,6 @@ __all__ = [
     "read_config_file",
     "resolve_batch_sizes",
     "check_contiguous",
+    "keys_deepspeed_lacks",
     "load_config",
 ]

@@ -94,3 +94,19 @@ def _screen(
             value = _screen(root, block, value, here, ignored)
         kept[key] = value
     return kept
+
+
+def zero_only_paths(model: type[ConfigModel], data: Mapping[str, Any], path: str = "") -> list[str]:
+    """The dotted paths of the keys in `data` (a block of type `model`, at `path`) that zero reads and DeepSpeed
+    does not have (each block's ZERO_ONLY), in the order they appear."""
+    found: list[str] = []
+    names = model.key_names()
+    for key, value in data.items():
+        here = join_path(path, key)
+        if key in model.ZERO_ONLY:
+            found.append(here)
+        elif key in names and isinstance(value, Mapping):
+            block = _block_type(model, names[key])
+            if block is not None:
+                found += zero_only_paths(block, value, here)
+    return found

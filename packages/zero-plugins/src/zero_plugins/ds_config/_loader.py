@@ -15,7 +15,7 @@ from .._user_files import ConfigFileError, json_integer, read_config_text
 from ._batch import resolve_batch_sizes
 from ._checks import check_consistency, drop_offload_unused_by_stage
 from ._errors import ConfigError, IgnoredConfigKeysWarning, from_validation_error, show
-from ._keys import screen
+from ._keys import screen, zero_only_paths
 from ._model import ZeroConfig
 
 
@@ -54,6 +54,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
             stacklevel=2,
         )
     return config
+
+
+def keys_deepspeed_lacks(data: Mapping[str, Any]) -> list[str]:
+    """The dotted paths of the keys in the ds_config `data` that zero reads and DeepSpeed 0.19 does not have
+    (`zero_optimization.step_in_backward`, `non_finite_steps`, ...): a DeepSpeed run must go without them."""
+    return zero_only_paths(ZeroConfig, data)
 
 
 def _as_path(source: str | os.PathLike[str]) -> Path:
