@@ -123,18 +123,17 @@ def judge(measured: Mapping[str, Any], budget: Budget, gpus_per_node: int) -> tu
     """Fits, or not and by how much: the traced GPU peak against the budget, host memory per node against its limit."""
     peak = int(measured["gpu_peak"])
     shown = f"{human_size(budget.limits.gpu_memory)} less {budget.headroom:.0%} headroom = {human_size(budget.gpu)}"
+    traced = f"GPU peak {human_size(peak)} ({measured['gpu_peak_phase']})"
     problems = []
     if peak > budget.gpu:
-        problems.append(f"GPU peak {human_size(peak)} ({measured['gpu_peak_phase']}) is {human_size(peak - budget.gpu)} "
-                        f"over {shown}")
+        problems.append(f"{traced} is {human_size(peak - budget.gpu)} over {shown}")
     host, host_limit = int(measured["host_peak"]) * gpus_per_node, budget.limits.cpu_memory
     if host_limit is not None and host > host_limit:
         problems.append(f"host memory {human_size(host)} per node is {human_size(host - host_limit)} over "
                         f"{human_size(host_limit)}")
     if problems:
         return Verdict.OVER, "; ".join(problems)
-    return Verdict.FITS, f"GPU peak {human_size(peak)} ({measured['gpu_peak_phase']}), {human_size(budget.gpu - peak)} " \
-                         f"under {shown}"
+    return Verdict.FITS, f"{traced}, {human_size(budget.gpu - peak)} under {shown}"
 
 
 def _untraceable(trial: Trial) -> str | None:

@@ -28,8 +28,9 @@ SCHEMA = 1
 # timeout, and the device's size (the verdict against it is made afresh each time).
 _UNKEYED = ("model", "timeout", "device_memory")
 # What a kept measurement must hold, with its type, to be used.
-_MEASURED: dict[str, type | tuple[type, ...]] = {"gpu_peak": int, "gpu_peak_phase": str, "ranks": dict, "categories": dict, "host_peak": int,
-             "seconds": (int, float)}
+_MEASURED: dict[str, type | tuple[type, ...]] = {
+    "gpu_peak": int, "gpu_peak_phase": str, "ranks": dict, "categories": dict, "host_peak": int,
+    "seconds": (int, float)}
 
 
 def cache_dir() -> Path:

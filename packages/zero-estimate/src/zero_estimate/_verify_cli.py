@@ -46,7 +46,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
                             f"0.1 or 10%% (default {DEFAULT_HEADROOM:g})")
     group.add_argument("--steps", metavar="N",
                        help=f"training steps each trace runs (default {DEFAULT_STEPS})")
-    group.add_argument("--timeout", metavar="SECONDS", help=f"stop one trace after this long (default {DEFAULT_TIMEOUT})")
+    group.add_argument("--timeout", metavar="SECONDS",
+                       help=f"stop one trace after this long (default {DEFAULT_TIMEOUT})")
     group.add_argument("--no-cache", action="store_true",
                        help="trace every configuration again, keeping nothing (default: reuse earlier traces)")
 

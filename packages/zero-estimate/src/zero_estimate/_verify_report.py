@@ -34,8 +34,8 @@ def outcome_dict(outcome: Outcome) -> dict[str, Any]:
 
 
 def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budget, count: int) -> str:
-    parts = [f"Verified by the dry run (the engine traced on fake CUDA tensors), budget {human_size(budget.gpu)} per GPU "
-             f"({human_size(budget.limits.gpu_memory)} less {budget.headroom:.0%} headroom):"]
+    parts = [f"Verified by the dry run (the engine traced on fake CUDA tensors), budget {human_size(budget.gpu)} per "
+             f"GPU ({human_size(budget.limits.gpu_memory)} less {budget.headroom:.0%} headroom):"]
     headers = ["#", "stage", "offload", "ckpt", "mb", "formula GPU", "traced GPU", "traced host/rank", "verdict",
                "time"]
     rows = [_row(i, o) for i, o in enumerate(outcomes, start=1) if o.verdict is not Verdict.NOT_TRIED]
@@ -55,8 +55,8 @@ def verify_text(outcomes: list[Outcome], survivors: list[Outcome], budget: Budge
         parts.append("Nothing planned fits by the dry run; the nearest traced misses are above.")
     notes = [f"  {o.trial.label()}: {note}" for o in outcomes if (note := stage3_note(o))]
     if notes:
-        parts.append("What made stage 3 fit or not (the traced peak's largest ledger categories, and the weights autograd "
-                     "held):\n" + "\n".join(notes))
+        parts.append("What made stage 3 fit or not (the traced peak's largest ledger categories, and the weights "
+                     "autograd held):\n" + "\n".join(notes))
     parts += [f"refused: {o.trial.label()}: {o.reason}" for o in outcomes if o.verdict is Verdict.REFUSED]
     skipped = [o for o in outcomes if o.verdict is Verdict.SKIPPED]
     if skipped:  # one reason for all: NVMe offload
@@ -72,7 +72,7 @@ def stage3_note(outcome: Outcome) -> str | None:
         return None
     measured = outcome.measured
     categories: Mapping[str, int] = measured["categories"]
-    largest = sorted(categories.items(), key=lambda item: -item[1])[:4]
+    largest = sorted(categories.items(), key=lambda item: (-item[1], item[0]))[:4]  # ties by name: as cached
     shown = ", ".join(f"{name} {human_size(size)}" for name, size in largest)
     linear = "on (autograd keeps no gathered weight)" if e.zero.memory_efficient_linear else \
         "off (autograd keeps each gathered weight for backward)"
@@ -107,7 +107,8 @@ def _proxy(o: Outcome) -> str:
     t = step_traffic(o.trial.candidate.estimate)
     return (f"{t.tokens:,} tokens, gather {human_size(t.gathered_bytes)} + reduce {human_size(t.reduced_bytes)}, "
             f"host<->device {human_size(t.host_to_device_bytes + t.device_to_host_bytes)}, "
-            f"NVMe {human_size(t.nvme_read_bytes + t.nvme_write_bytes)}, recompute {t.recompute_flops / 1e12:,.1f} TFLOP; "
+            f"NVMe {human_size(t.nvme_read_bytes + t.nvme_write_bytes)}, "
+            f"recompute {t.recompute_flops / 1e12:,.1f} TFLOP; "
             f"transfer-bound {t.transfer_bound:.0%}")
 
 
