@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,11 @@ def test_a_candidates_request_has_only_the_keys_its_stage_reads():
                       "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
                                             "reduce_bucket_size": 50_000_000, "allgather_bucket_size": 50_000_000},
                       "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}}
+    unpinned = replace(by_config["as given", 3, "cpu/cpu"].candidate.estimate, zero=replace(
+        by_config["as given", 3, "cpu/cpu"].candidate.estimate.zero, pin_memory=False))
+    assert dry_run_request(unpinned, None, RUN)["ds_config"]["zero_optimization"] == {
+        "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False},
+        "offload_param": {"device": "cpu", "pin_memory": False}}
     given = {"fp16": {"enabled": True}, "train_batch_size": 64,
              "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "memory_efficient_linear": False}}
     stage3 = dry_run_request(by_config["as given", 3, "none/none"].candidate.estimate, given, RUN)["ds_config"]
@@ -124,6 +130,9 @@ BAD_INPUT = {
                                                 "pass --preset or --config, not --params"),
     "selective checkpointing": (["--preset", "pythia-1.4b", "--checkpointing", "selective"],
                                 "zero: error: --verify: the dry run checkpoints every layer or none"),
+    "LoRA on some layers": (["--preset", "pythia-1.4b", "--lora-rank", "8", "--lora-targets", "query_key_value"],
+                            "zero: error: --verify: the dry run adapts every linear layer of the blocks (all-linear); "
+                            "leave out --lora-targets"),
     "verify count": (["--preset", "pythia-1.4b", "--verify-count", "0"],
                      "zero: error: --verify-count: 0 is out of range; pass 1 to 100"),
 }

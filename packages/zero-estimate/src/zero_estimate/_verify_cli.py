@@ -24,7 +24,7 @@ from ._verify_report import outcome_dict, verify_text
 from ._verify_request import OPTIMIZER_BLOCKS, RunSettings, dry_run_request
 from ._verify_search import trials
 
-DEFAULT_HEADROOM = 0.10  # allocator fragmentation and the CUDA context (docs/plan.md, "Headroom")
+DEFAULT_HEADROOM = 0.10  # allocator fragmentation and the CUDA context (docs/plan.md, "Fits: the budget and ...")
 MAX_HEADROOM = 0.5
 DEFAULT_COUNT = 3
 DEFAULT_STEPS = 2  # the second step's backward holds the optimizer states the first step made
@@ -73,7 +73,7 @@ class Verified:
 
 def run_verify(args: argparse.Namespace, model: ModelSpec, setup: Setup, given: dict[str, Any] | None) -> Verified:
     reference, model_config = _model_reference(args)
-    _check_training(setup.training, given)
+    _check_traceable(model, setup, given)
     limits = setup.limits
     budget = Budget(limits, DEFAULT_HEADROOM if args.headroom is None else _headroom(args.headroom))
     count = _whole(args.verify_count, "--verify-count", 1, 100, DEFAULT_COUNT)
@@ -144,8 +144,15 @@ def _model_reference(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
                         "verify")
 
 
-def _check_training(training: Training, given: dict[str, Any] | None) -> None:
-    """Refuse what the dry run cannot trace: it checkpoints every layer or none, on the GPU."""
+def _check_traceable(model: ModelSpec, setup: Setup, given: dict[str, Any] | None) -> None:
+    """Refuse what the dry run cannot trace: it checkpoints every layer or none, on the GPU, adapts every linear
+    layer of the blocks with LoRA, and builds stage 3's model under zero.Init."""
+    training = setup.training
+    if model.lora is not None and model.lora.targets != ("all-linear",):
+        raise EstimateError("the dry run adapts every linear layer of the blocks (all-linear); leave out "
+                            "--lora-targets", "verify")
+    if not setup.zero.zero_init:
+        raise EstimateError("the dry run builds stage 3's model under zero.Init; leave out --no-zero-init", "verify")
     if training.checkpointing == "selective":
         raise EstimateError("the dry run checkpoints every layer or none; pass --checkpointing full or none", "verify")
     for flag, off in (("--checkpoint-every", training.checkpoint_every == 1),

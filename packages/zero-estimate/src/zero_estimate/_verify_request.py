@@ -68,6 +68,10 @@ def ds_config_of(e: Estimate, given: Mapping[str, Any] | None) -> dict[str, Any]
         value = getattr(e.zero, field)
         if value is not None and (value != ds_default(key) or _has(config, path)):
             _put(config, path, value)
+    for block in _OFFLOAD_BLOCKS:  # --no-pin-memory: both or neither, as the estimate pins them
+        pin = ["zero_optimization", block, "pin_memory"]
+        if getattr(e.zero, block) != "none" and (not e.zero.pin_memory or _has(config, pin)):
+            _put(config, pin, e.zero.pin_memory)
     if e.zero.offload_optimizer == "nvme" or e.zero.offload_param == "nvme":
         if e.zero.aio_block_size != ds_default("aio.block_size") or _has(config, ["aio", "block_size"]):
             _put(config, ["aio", "block_size"], e.zero.aio_block_size)
