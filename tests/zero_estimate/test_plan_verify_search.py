@@ -194,3 +194,14 @@ def test_stage_3s_note_names_the_held_weights_and_the_formula_the_other_way():
         "1.00 GiB; held weights (param.gathered.held) 3.00 GiB with memory_efficient_linear off (autograd keeps "
         "each gathered weight for backward); with it on the formula puts the peak at 6.03 GiB (backward), held "
         "weights 0.0 MiB")
+
+
+def test_a_cache_folder_that_is_a_link_is_refused_before_anything_is_traced(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    monkeypatch.setenv("ZERO_PLAN_VERIFY_CACHE", str(tmp_path / "link"))
+    code, out, err = run_main(capsys, "plan", "--verify", "--preset", "pythia-1.4b", "--gpu-memory", "24GiB")
+    assert (code, out) == (2, "")
+    assert err == (f"zero: error: --verify: the plan-verify cache folder {tmp_path / 'link'} is a symbolic link; "
+                   "point ZERO_PLAN_VERIFY_CACHE at a real folder, or pass --no-cache\n")

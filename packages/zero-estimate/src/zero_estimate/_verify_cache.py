@@ -54,6 +54,12 @@ class VerifyCache:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
 
+    def check(self) -> None:
+        """Refuse a folder that is a link (its files would be written wherever it points): before any trace."""
+        if self.directory is not None and is_link(self.directory):
+            raise EstimateError(f"the plan-verify cache folder {self.directory} is a symbolic link; point {ENV} at "
+                                "a real folder, or pass --no-cache", "verify")
+
     def get(self, key: str) -> dict[str, Any] | None:
         """The measurement kept under `key`, or None if there is none; a damaged file is an error naming it."""
         if self.directory is None:
@@ -78,9 +84,7 @@ class VerifyCache:
     def put(self, key: str, measured: Mapping[str, Any]) -> None:
         if self.directory is None:
             return
-        if is_link(self.directory):  # its files would be written wherever the link points
-            raise EstimateError(f"the plan-verify cache folder {self.directory} is a symbolic link; point {ENV} at "
-                                "a real folder, or pass --no-cache", "verify")
+        self.check()
         self.directory.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"key": key, "measured": dict(measured)}, sort_keys=True, indent=1)
         replace_file(self.directory / f"{key}.json", data.encode("utf-8"))  # whole, and a link there is replaced

@@ -81,6 +81,8 @@ def run_verify(args: argparse.Namespace, model: ModelSpec, setup: Setup, given: 
                       _whole(args.steps, "--steps", 1, 10, DEFAULT_STEPS), limits.gpu_memory,
                       float(_whole(args.timeout, "--timeout", 1, 86400, DEFAULT_TIMEOUT)))
     hook = dry_run_hook()  # refused here, before anything is planned, when zero-core is not installed
+    cache = VerifyCache(None if args.no_cache else cache_dir())
+    cache.check()
 
     def identity(candidate: Candidate) -> str:
         return cache_key(dry_run_request(candidate.estimate, given, run), model_config)
@@ -90,7 +92,6 @@ def run_verify(args: argparse.Namespace, model: ModelSpec, setup: Setup, given: 
     requests = [dry_run_request(t.candidate.estimate, given, run) for t in planned]
     keys = [cache_key(request, model_config) for request in requests]
     started = time.monotonic()
-    cache = VerifyCache(None if args.no_cache else cache_dir())
     outcomes = search(planned, requests, keys, budget, count, setup.cluster.gpus_per_node, cache, hook)
     survivors = ranked([o for o in outcomes if o.fits])
     data = {
