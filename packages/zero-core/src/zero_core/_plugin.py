@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zero_plugins import CommandResult, CommandTable, hookimpl
 
@@ -58,6 +58,14 @@ def zero_register_commands(cli: CommandTable) -> None:
         run=_run_launch,
         json_flag=False,  # the ranks' own output is what it prints
     )
+
+
+@hookimpl
+def zero_verify_candidate(request: dict[str, Any]) -> dict[str, Any]:
+    """zero-estimate's hookspec (`zero plan --verify`): one configuration's peaks, traced by the dry run."""
+    from .profile._verify import verify_candidate  # torch loads only when `zero plan --verify` asks
+
+    return verify_candidate(request)
 
 
 def _run_report(args: argparse.Namespace) -> CommandResult:

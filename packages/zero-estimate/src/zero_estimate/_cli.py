@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 from zero_plugins import CommandResult
 
-from . import _cli_args, _ds_config, _report
+from . import _cli_args, _ds_config, _report, _verify_cli
 from ._ds_write import WrittenConfig, complete_ds_config, save_ds_config
 from ._errors import EstimateError
 from ._estimate import Estimate, estimate
 from ._plan import Candidate, Limits, plan
+from ._verify_cli import Setup
 from ._plan_report import plan_text
 from ._settings import ZeroSettings
 from ._spec import ModelSpec
@@ -127,6 +128,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: --ds-config's nvme_path)")
     _cli_args.add_model_arguments(parser)
     _cli_args.add_setup_arguments(parser, offload=False)
+    _verify_cli.add_verify_arguments(parser)
 
 
 @usage_errors
@@ -144,10 +146,13 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
     training = _cli_args.training_from_args(args, model, base_training)
     # Bucket sizes and bounds; the plan sets stage and offload (stage 3 allows any offload a ds_config gives).
     base = _cli_args.zero_from_args(args, 3, base_zero)
-    result = plan(model, cluster, limits, training, base)
     base_ds = None if args.ds_config is None else _ds_config.load_ds_config(args.ds_config)
     if args.force and args.write is None:
         raise EstimateError("goes with --write PATH", "--force")
+    if args.verify:
+        return _plan_verified(args, model, Setup(cluster, limits, training, base), base_ds)
+    _verify_cli.refuse_without_verify(args)
+    result = plan(model, cluster, limits, training, base)
     if args.write is not None:
         if not result.fits:
             raise EstimateError("nothing fits the limits, so there is no configuration to write; nothing was "
@@ -163,6 +168,23 @@ def run_plan(args: argparse.Namespace) -> CommandResult:
            for key, candidates in (("fits", result.fits), ("misses", result.misses))},
     }
     return CommandResult(data, plan_text(result))
+
+
+def _plan_verified(args: argparse.Namespace, model: ModelSpec, setup: Setup,
+                   base_ds: dict[str, object] | None) -> CommandResult:
+    """`zero plan --verify`: the search's report, and with --write the best verified configuration written."""
+    if args.write is not None:
+        _verify_cli.check_write_target(args.write, force=args.force)  # before the search, not after it
+    verified = _verify_cli.run_verify(args, model, setup, base_ds)
+    if args.write is not None:
+        if verified.chosen is None:
+            raise EstimateError("nothing verified fits, so there is no configuration to write; nothing was written "
+                                "(the traces are cached: run again without --write to see the search)", "--write")
+        write_chosen(args, verified.chosen, base_ds)
+    data = {"model": _model_dict(model), "gpus_per_node": setup.cluster.gpus_per_node, "nodes": setup.cluster.nodes,
+            "verify": verified.data}
+    described = _report.describe(estimate(model, setup.cluster, setup.training, setup.zero))
+    return CommandResult(data, f"{described}\n\n{verified.text}")
 
 
 def write_chosen(args: argparse.Namespace, chosen: Estimate, base_ds: dict[str, object] | None) -> WrittenConfig:

@@ -60,6 +60,8 @@ FLAGS = {
     "cpu_memory": "--cpu-memory",
     "nvme": "--nvme",
     "ds_config": "--ds-config",
+    "verify": "--verify",
+    "headroom": "--headroom",
 }
 # The flag -> the API argument whose bound (_checks.LIMITS) it takes. The shape flags take the bounds a
 # config.json's keys take (_hf_schema.py); they are not in FLAGS, where a config key's error would take their name.

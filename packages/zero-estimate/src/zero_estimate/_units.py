@@ -48,6 +48,11 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / GIB:.2f}"
 
 
+def human_size(nbytes: float) -> str:
+    """Bytes with their unit: GiB with two decimals, or MiB with one below a GiB (a small model's peaks)."""
+    return f"{nbytes / GIB:.2f} GiB" if abs(nbytes) >= GIB else f"{nbytes / 2**20:.1f} MiB"
+
+
 def human_count(n: int) -> str:
     """6857302016 -> "6.86B", for one-line summaries."""
     for suffix, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
