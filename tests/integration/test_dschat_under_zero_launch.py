@@ -8,7 +8,7 @@ made here (bench/programs/dschat_inputs.py); nothing is downloaded. 2 CPU ranks 
 (the client's --dtype offers fp16 and bf16 only: there is no fp32 run), 4 optimizer steps of 2 samples per rank:
 - step 1 at stage 2 with LoRA (--lora_dim 4 --only_optimize_lora), at stage 3 with LoRA and
   --gradient_checkpointing, and at stage 3 with --offload (the client's DeepSpeedCPUAdam, full fine-tuning);
-- step 2 at stage 2 (full fine-tuning), and at stage 3 with LoRA.
+- step 2 at stage 2 with --offload (full fine-tuning), and at stage 3 with LoRA.
 Each run saves the model (--output_dir: the client fuses LoRA into the weights and gathers stage-3 parameters).
 
 The losses come from the client's own output, one log per rank (torchrun's --redirects/--log-dir; the ranks'
@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
 
@@ -55,18 +56,18 @@ needs_deepspeed = pytest.mark.skipif(not REAL_DEEPSPEED, reason="DeepSpeed 0.19.
 BF16_TOLERANCE = 2e-3
 ON_DEEPSPEED = Path(dschat_inputs.__file__).with_name("on_deepspeed.py")
 RUNS = {run.name: run for run in (Run(1, 2, lora=True), Run(1, 3, lora=True, gradient_checkpointing=True),
-                                  Run(1, 3, offload=True), Run(2, 2), Run(2, 3, lora=True))}
+                                  Run(1, 3, offload=True), Run(2, 2, offload=True),
+                                  Run(2, 3, lora=True))}
 # DeepSpeed 0.19.8 cannot run step 2 at stage 3 in bf16 (module docstring)
 ON_BOTH = [case for case in RUNS if case != "step2-stage3-lora"]
 STEPS, RANKS = dschat_inputs.STEPS, 2
 
 
+@dataclass(frozen=True)
 class Outcome:
     """One finished run: each rank's stdout and the folder the client saved its model to."""
-
-    def __init__(self, stdout: dict[int, str], saved: Path) -> None:
-        self.stdout = stdout
-        self.saved = saved
+    stdout: dict[int, str]
+    saved: Path
 
     @property
     def all_ranks(self) -> str:
