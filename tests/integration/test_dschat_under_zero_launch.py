@@ -35,7 +35,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.machinery import PathFinder
 from pathlib import Path
 
 import pytest
@@ -44,16 +43,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "programs"))
 import dschat_inputs  # noqa: E402
 from dschat_inputs import Run  # noqa: E402
+from programs._launch_runs import BF16_TOLERANCE, needs_deepspeed  # noqa: E402
 
 pytest.importorskip("transformers")
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(dschat_inputs.find_checkout() is None,
                                  reason=f"DeepSpeed-Chat is not here: {dschat_inputs.HOW_TO_GET}")]
 
-REAL_DEEPSPEED = PathFinder.find_spec("deepspeed") is not None
-needs_deepspeed = pytest.mark.skipif(not REAL_DEEPSPEED, reason="DeepSpeed 0.19.8 (the reference peer) is not "
-                                                                "installed; zero's runs are checked without it")
-BF16_TOLERANCE = 2e-3
 ON_DEEPSPEED = Path(dschat_inputs.__file__).with_name("on_deepspeed.py")
 RUNS = {run.name: run for run in (Run(1, 2, lora=True), Run(1, 3, lora=True, gradient_checkpointing=True),
                                   Run(1, 3, offload=True), Run(2, 2, offload=True),
