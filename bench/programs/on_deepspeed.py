@@ -1,0 +1,31 @@
+"""Runs a program written for DeepSpeed's launcher under plain torchrun on the real DeepSpeed (the reference peer):
+`python -m torch.distributed.run --nproc_per_node N on_deepspeed.py program.py [args]`, DS_ACCELERATOR=cpu.
+
+What DeepSpeed's own launcher would add: `--local_rank=<n>` right after the program (DeepSpeed-Chat initializes
+its process group only when given one). DeepSpeed's comm is told not to compile its shared-memory all-reduce
+(inference only, about a minute on 2 cores). The program runs as its own __main__, and the process group it
+leaves up is ended here: gloo's teardown at interpreter exit aborts a rank now and then.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+
+
+def main() -> None:
+    importlib.import_module("deepspeed")
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    program = sys.argv[1]
+    sys.argv[:2] = [program, f"--local_rank={os.environ['LOCAL_RANK']}"]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(program)))  # as `python program.py` would
+    runpy.run_path(program, run_name="__main__")
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
