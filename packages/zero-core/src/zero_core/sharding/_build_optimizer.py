@@ -31,6 +31,12 @@ OptimizerFactory = Callable[[list[dict[str, Any]]], torch.optim.Optimizer]
 CpuOptimizers = Callable[[str], "type[torch.optim.Optimizer] | None"]
 
 
+def no_step_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    """The optimizer of an engine that only runs forward (initialize without one): never stepped, and SGD without
+    momentum keeps no state."""
+    return torch.optim.SGD(groups, lr=0.0)
+
+
 def build_optimizer(
     config: OptimizerConfig | None,
     client: torch.optim.Optimizer | OptimizerFactory | None,
