@@ -30,7 +30,6 @@ from ..sharding import (
     build_homes,
     build_optimizer,
     name_parameters,
-    no_step_optimizer,
     policy_for,
     resolve_param_groups,
 )
@@ -78,9 +77,7 @@ def assemble_engine(
     order = {id(p): index for index, p in enumerate(model.parameters())}
     context = BuildContext(config, policy, comm, ledger, device, dtype, order, homes)
     state = _state_builder(policy)(model, param_groups, context)
-    # DeepSpeed's inference engine (TRL's reference model): no optimizer given or configured, forward only
-    forward_only = optimizer is None and config.optimizer is None
-    inner = build_optimizer(config.optimizer, no_step_optimizer if forward_only else optimizer,
+    inner = build_optimizer(config.optimizer, optimizer,
                             [{"params": g.master.optimizer_params, **g.options} for g in state.groups],
                             offload.optimizer.device.optimizer_class if offload.optimizer is not None else None)
     zero_optimizer = ZeroOptimizer(inner, state.groups, comm, build_loss_scaler(config), config.gradient_clipping,
@@ -94,6 +91,8 @@ def assemble_engine(
         loader = build_dataloader(training_data, int(cast(int, config.train_micro_batch_size_per_gpu)), comm.rank,
                                   comm.world_size, collate_fn)
     scheduler = resolve_scheduler(config, lr_scheduler, inner)
+    # DeepSpeed's inference engine (TRL's reference model): no optimizer given or configured, forward only
+    forward_only = optimizer is None and config.optimizer is None
     engine = ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,
                                     ledger, device, dtype, homes, loader, forward_only))
     setattr(model, WRAPPED_ATTRIBUTE, True)  # until engine.destroy(): a second initialize on it is refused

@@ -6,7 +6,7 @@ stage's builder takes. Stage 3 (zero_core.stage3) builds on these; the engine
 (zero_core.engine) assembles them.
 """
 from ._bucket import LayoutBucket, ReduceBucket, WholeGradBucket
-from ._build_optimizer import OptimizerFactory, build_optimizer, no_step_optimizer
+from ._build_optimizer import OptimizerFactory, build_optimizer
 from ._build_steps import (
     BuildContext,
     broadcast_initial_weights,
@@ -75,7 +75,6 @@ __all__ = [
     "build_flat_state",
     "build_homes",
     "build_optimizer",
-    "no_step_optimizer",
     "frozen_params",
     "in_gradient_order",
     "layout_buckets",

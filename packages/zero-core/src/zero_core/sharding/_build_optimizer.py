@@ -31,12 +31,6 @@ OptimizerFactory = Callable[[list[dict[str, Any]]], torch.optim.Optimizer]
 CpuOptimizers = Callable[[str], "type[torch.optim.Optimizer] | None"]
 
 
-def no_step_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
-    """The optimizer of an engine that only runs forward (initialize without one): never stepped, and SGD without
-    momentum keeps no state."""
-    return torch.optim.SGD(groups, lr=0.0)
-
-
 def build_optimizer(
     config: OptimizerConfig | None,
     client: torch.optim.Optimizer | OptimizerFactory | None,
@@ -58,7 +52,9 @@ def build_optimizer(
             raise ZeroError(f"the optimizer callable returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
         return optimizer
     if config is None:
-        raise ZeroError("no optimizer: pass optimizer= to initialize, or add an optimizer block to the config")
+        # none given or configured: DeepSpeed's inference engine, which the engine never lets step (forward_only);
+        # SGD without momentum keeps no state
+        return torch.optim.SGD(groups, lr=0.0)
     cpu_class = cpu_optimizers(config.type.lower()) if cpu_optimizers is not None else None
     if cpu_class is not None and config.params.get("torch_adam") is not True:  # DeepSpeed's switch back to torch
         return cpu_class(groups, **_cpu_arguments(config, cpu_class))
