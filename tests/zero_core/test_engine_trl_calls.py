@@ -1,4 +1,4 @@
-"""An engine `initialize` builds without an optimizer (DeepSpeed's inference engine), and an empty param group.
+"""What TRL's trainers ask of the engine: one without an optimizer, an empty param group, and refused internals.
 
 TRL's `prepare_deepspeed` builds its reference model this way: `deepspeed.initialize(model=..., config=...)` with
 no optimizer and no optimizer block, at stage 3 (or stage 0 below it), then `eval()`. On 2 ranks, stages 0, 2 and 3:
@@ -6,6 +6,8 @@ no optimizer and no optimizer block, at stage 3 (or stage 0 below it), then `eva
 - `backward` and `step` are refused with one error naming the missing optimizer.
 The Hugging Face Trainer passes an empty param group (the no-decay group when only LoRA adapters train): at stage 3
 it trains like plain torch.
+TRL's unwrap_model_for_generation reaches DeepSpeed's `engine.optimizer.parameter_offload` (with `hasattr`): it is
+one error naming it and the TRL setting that avoids it.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ def _inputs() -> torch.Tensor:
 def _forward_only(rank: int, world_size: int) -> dict[str, Any]:
     import zero_core
     from zero_core import EngineMisuse
+    from zero_plugins import ZeroError
 
     found: dict[str, Any] = {}
     for stage in STAGES:
@@ -47,6 +50,9 @@ def _forward_only(rank: int, world_size: int) -> dict[str, Any]:
             with pytest.raises(EngineMisuse) as caught:
                 call()
             refusals.append(str(caught.value))
+        with pytest.raises(ZeroError) as caught:
+            hasattr(engine.optimizer, "parameter_offload")  # as TRL's remove_hooks asks
+        refusals.append(str(caught.value))
         found[f"refusals{stage}"] = refusals
         engine.destroy()
     model = _model()
@@ -74,10 +80,13 @@ def test_forward_without_an_optimizer_is_plain_torchs(ranks: list[dict[str, Any]
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_backward_and_step_without_an_optimizer_are_refused(ranks: list[dict[str, Any]], stage: int) -> None:
+def test_backward_and_step_without_an_optimizer_and_parameter_offload_are_refused(ranks: list[dict[str, Any]], stage: int) -> None:
     why = ("on an engine built without an optimizer (initialize got no optimizer= and the config has no optimizer "
            "block): as DeepSpeed's, it only runs forward; pass optimizer= or add an optimizer block to train it")
-    assert ranks[0][f"refusals{stage}"] == [f"engine.backward() {why}", f"engine.step() {why}"]
+    offload = ("engine.optimizer.parameter_offload (DeepSpeed's stage-3 hook owner, which TRL's "
+               "unwrap_model_for_generation reaches to take the hooks off for generation) has no counterpart in zero: "
+               "set ds3_gather_for_generation=False in the TRL config, and generation gathers each module as it runs")
+    assert ranks[0][f"refusals{stage}"] == [f"engine.backward() {why}", f"engine.step() {why}", offload]
 
 
 def test_an_empty_param_group_at_stage_3_trains_like_plain_torch(ranks: list[dict[str, Any]]) -> None:
