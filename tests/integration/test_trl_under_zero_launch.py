@@ -32,13 +32,13 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 pytestmark = pytest.mark.timeout(240)
 
-# what both programs share: the tokenizer, the words, the losses they log
+# what both programs share: the tokenizer, the model, the words, the run's settings
 PRELUDE = '''
 import argparse, json
 import torch
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
 WORDS = "the a cat dog sat ran on under mat log big small red blue and then".split()
 
@@ -64,27 +64,14 @@ def sentences(count, length, seed):
     return [" ".join(WORDS[i] for i in row) for row in picks]
 
 
-class KeepLosses(TrainerCallback):
-    def __init__(self):
-        self.losses = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.losses.append(logs["loss"])
-
-
+# zero launch and DeepSpeed's launcher pass --local_rank; the run's settings come in one JSON file
 parser = argparse.ArgumentParser()
 parser.add_argument("--local_rank", type=int, default=-1)
-parser.add_argument("--deepspeed", required=True)
-parser.add_argument("--output_dir", required=True)
-parser.add_argument("--losses", required=True)
-parser.add_argument("--bf16", action="store_true")
-parser.add_argument("--lora", action="store_true")
-args = parser.parse_args()
-settings = dict(output_dir=args.output_dir, deepspeed=args.deepspeed, bf16=args.bf16, use_cpu=True,
+parser.add_argument("run")
+run = json.loads(open(parser.parse_args().run).read())
+settings = dict(output_dir=run["output_dir"], deepspeed=run["deepspeed"], bf16=run["bf16"], use_cpu=True,
                 per_device_train_batch_size=2, gradient_accumulation_steps=2, learning_rate=1e-3, max_steps=3,
                 logging_steps=1, save_strategy="no", report_to=[], seed=0)
-losses = KeepLosses()
 tokenizer = tiny_tokenizer()
 '''
 
@@ -92,16 +79,13 @@ SFT_PROGRAM = PRELUDE + '''
 from trl import SFTConfig, SFTTrainer
 
 peft_config = None
-if args.lora:
+if run["lora"]:
     from peft import LoraConfig
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["query_key_value"], task_type="CAUSAL_LM")
 trainer = SFTTrainer(model=tiny_model(tokenizer), args=SFTConfig(max_length=16, **settings),
                      train_dataset=Dataset.from_dict({"text": sentences(32, 12, seed=7)}),
-                     processing_class=tokenizer, peft_config=peft_config, callbacks=[losses])
+                     processing_class=tokenizer, peft_config=peft_config)
 trainer.train()
-if trainer.is_world_process_zero():
-    with open(args.losses, "w") as out:
-        json.dump(losses.losses, out)
 '''
 
 DPO_PROGRAM = PRELUDE + '''
@@ -111,15 +95,17 @@ pairs = Dataset.from_dict({"prompt": sentences(32, 6, seed=7),
                            "chosen": [" " + text for text in sentences(32, 6, seed=8)],
                            "rejected": [" " + text for text in sentences(32, 6, seed=9)]})
 trainer = DPOTrainer(model=tiny_model(tokenizer), ref_model=tiny_model(tokenizer),
-                     args=DPOConfig(max_length=24, **settings), train_dataset=pairs, processing_class=tokenizer,
-                     callbacks=[losses])
+                     args=DPOConfig(max_length=24, **settings), train_dataset=pairs, processing_class=tokenizer)
 trainer.train()
-if trainer.is_world_process_zero():
-    with open(args.losses, "w") as out:
-        json.dump(losses.losses, out)
 '''
 
-PROGRAMS = {"sft": SFT_PROGRAM, "dpo": DPO_PROGRAM}
+# the losses the Trainer logged, one a step, as users read them after training
+LOSSES = '''
+if trainer.is_world_process_zero():
+    with open(run["losses"], "w") as out:
+        json.dump([entry["loss"] for entry in trainer.state.log_history if "loss" in entry], out)
+'''
+PROGRAMS = {"sft": SFT_PROGRAM + LOSSES, "dpo": DPO_PROGRAM + LOSSES}
 # name -> (program, ZeRO stage, bf16, LoRA)
 CASES = {
     "sft-stage2-fp32": ("sft", 2, False, False),
@@ -149,8 +135,9 @@ def _runner(folder: Path, launch: Callable[..., None]) -> Run:
         script = write(folder, f"{program}.py", PROGRAMS[program])
         config = write(folder, f"ds{stage}.json", json.dumps(_ds_config(stage)))
         losses = folder / f"{name}-{case}.json"
-        launch(script, "--deepspeed", str(config), "--output_dir", str(folder / f"{name}-{case}"), "--losses",
-               str(losses), *(["--bf16"] if bf16 else []), *(["--lora"] if lora else []))
+        settings = {"deepspeed": str(config), "output_dir": str(folder / f"{name}-{case}"), "losses": str(losses),
+                    "bf16": bf16, "lora": lora}
+        launch(script, str(write(folder, f"{name}-{case}-run.json", json.dumps(settings))))
         found: list[float] = json.loads(losses.read_text())
         assert len(found) == 3
         return found
