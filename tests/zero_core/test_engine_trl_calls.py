@@ -2,7 +2,10 @@
 
 TRL's `prepare_deepspeed` builds its reference model this way: `deepspeed.initialize(model=..., config=...)` with
 no optimizer and no optimizer block, at stage 3 (or stage 0 below it), then `eval()`. On 2 ranks, stages 0, 2 and 3:
-- its forward in eval mode gives plain torch's outputs exactly (fp32);
+- its forward in eval mode gives plain torch's outputs exactly, in fp32, in bf16, and for a model with every
+  parameter frozen (a model with nothing to train is refused only where there is an optimizer);
+- it holds no master copy, optimizer state or gradient buffer (every parameter is kept as a frozen one; in bf16 an
+  engine that trains keeps an fp32 master);
 - `backward` and `step` are refused with one error naming the missing optimizer.
 The Hugging Face Trainer passes an empty param group (the no-decay group when only LoRA adapters train): at stage 3
 it trains like plain torch.
@@ -20,6 +23,8 @@ from multirank import run_ranks
 
 WORLD_SIZE = 2
 STAGES = (0, 2, 3)
+# what only training needs: a forward-only engine holds none of it, as DeepSpeed's inference engine
+HELD_FOR_TRAINING = ("optim.master", "optim.state", "grad.partition", "grad.bucket", "grad.full")
 
 
 def _model() -> torch.nn.Module:
@@ -44,6 +49,13 @@ def _forward_only(rank: int, world_size: int) -> dict[str, Any]:
         engine.eval()
         with torch.no_grad():
             found[f"outputs{stage}"] = engine(_inputs())
+        for name, model, bf16 in (("bf16", _model(), True), ("frozen", _model().requires_grad_(False), False)):
+            other, _, _, _ = zero_core.initialize(model=model, config={
+                "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": bf16}, "zero_optimization": {"stage": stage}})
+            with torch.no_grad():
+                found[f"{name}{stage}"] = other(_inputs().to(other.compute_dtype))
+            found[f"{name}-held{stage}"] = {category: other.ledger.current(category) for category in HELD_FOR_TRAINING}
+            other.destroy()
         loss = engine(_inputs()).sum()
         refusals = []
         for call in (lambda: engine.backward(loss), engine.step):
@@ -77,6 +89,17 @@ def test_forward_without_an_optimizer_is_plain_torchs(ranks: list[dict[str, Any]
         want = _model()(_inputs())
     for found in ranks:
         assert torch.equal(found[f"outputs{stage}"], want)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_in_bf16_and_frozen_it_runs_forward_and_holds_nothing_for_training(ranks: list[dict[str, Any]],
+                                                                           stage: int) -> None:
+    with torch.no_grad():
+        want = {"bf16": _model().bfloat16()(_inputs().bfloat16()), "frozen": _model()(_inputs())}
+    for found in ranks:
+        for name, outputs in want.items():
+            assert torch.equal(found[f"{name}{stage}"], outputs), name
+            assert found[f"{name}-held{stage}"] == dict.fromkeys(HELD_FOR_TRAINING, 0), name
 
 
 @pytest.mark.parametrize("stage", STAGES)
