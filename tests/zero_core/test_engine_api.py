@@ -253,7 +253,6 @@ def test_config_from_args_path(tmp_path: Path) -> None:
         ({"config": config(zero_optimization={"stage": 3, "offload_param": {"device": "gpu"}})},
          ConfigError, "zero_optimization.offload_param.device: offload device 'gpu' is not available: no installed "
          "plugin provides it; devices available: cpu, nvme"),
-        ({"config": config(optimizer=None)}, ZeroError, "no optimizer"),
         ({"config": config(), "optimizer": 3}, ZeroError, "optimizer must be a torch.optim.Optimizer or a callable"),
         ({"config": config(), "model_parameters": [torch.nn.Parameter(torch.zeros(2))]}, ZeroError,
          "not a parameter of the model"),

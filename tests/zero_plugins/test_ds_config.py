@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from zero_plugins.ds_config import IgnoredConfigKeysWarning, ZeroConfig, load_config
+from zero_plugins.ds_config import ConfigError, IgnoredConfigKeysWarning, ZeroConfig, load_config
 
 CONFIGS = Path(__file__).parent / "configs"
 CONFIG_PACKAGE = Path(__file__).parents[2] / "packages" / "zero-plugins" / "src" / "zero_plugins" / "ds_config"
@@ -225,3 +225,30 @@ def test_config_package_imports_no_torch():
             else:
                 continue
             assert not any(name.split(".")[0] in {"torch", "deepspeed"} for name in names), path
+
+
+def test_dotted_top_level_keys_are_ignored_as_deepspeed_ignores_them():
+    # TRL's prepare_deepspeed writes these; DeepSpeed reads nested blocks only, so they set nothing there either
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = load_config({"flops_profiler": {}, "zero_optimization": {"stage": 3},
+                              "zero_optimization.reduce_bucket_size": 1024,
+                              "zero_optimization.stage3_prefetch_bucket_size": 921.6})
+    assert config.zero_optimization.reduce_bucket_size == 500_000_000  # the default, as on DeepSpeed
+    assert config.ignored_keys == ["flops_profiler", "zero_optimization.reduce_bucket_size",
+                                   "zero_optimization.stage3_prefetch_bucket_size"]
+    assert [str(w.message) for w in caught] == [
+        "zero accepts but ignores these DeepSpeed config keys: flops_profiler; zero ignores these dotted keys at the "
+        "top level as DeepSpeed does (it reads nested blocks only; nest them in their blocks to set them): "
+        "zero_optimization.reduce_bucket_size, zero_optimization.stage3_prefetch_bucket_size (see docs/config.md)"]
+
+
+@pytest.mark.parametrize(("key", "error"), [
+    ("zero_optimization.reduce_bucket_sz", 'zero_optimization.reduce_bucket_sz: unknown key; did you mean '
+                                           '"zero_optimization"?'),
+    ("optimizer.params.lr", "optimizer.params.lr: unknown key; did you mean \"optimizer\"?"),
+])
+def test_a_dotted_key_that_names_no_nested_key_is_still_unknown(key: str, error: str):
+    with pytest.raises(ConfigError) as caught:
+        load_config({key: 1})
+    assert str(caught.value) == error

@@ -67,8 +67,11 @@ def assemble_engine(
                                         swap_devices=swap_device_names(config_devices=_offload_names(config))))
     name_parameters(model)
     client = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
-    param_groups = resolve_param_groups(model, model_parameters, client)
-    check_model(model, param_groups, policy.stage)
+    # DeepSpeed's inference engine (TRL's reference model): no optimizer given or configured, so forward only, and
+    # every parameter is held as a frozen one (compute dtype, no master copy, no gradient), as DeepSpeed holds them
+    forward_only = optimizer is None and config.optimizer is None
+    param_groups = [ParamGroup([])] if forward_only else resolve_param_groups(model, model_parameters, client)
+    check_model(model, param_groups, policy.stage, trains=not forward_only)
     check_ranks_agree(model, config)  # before the first collective that a difference would hang
     check_no_float64(model)
     offload = open_offload_devices(model, param_groups, config, policy, accelerator, ledger, comm, optimizer)
@@ -92,7 +95,7 @@ def assemble_engine(
                                   comm.world_size, collate_fn)
     scheduler = resolve_scheduler(config, lr_scheduler, inner)
     engine = ZeroEngine(EngineParts(model, config, policy, zero_optimizer, scheduler, reducer, state.passes, comm,
-                                    ledger, device, dtype, homes, loader))
+                                    ledger, device, dtype, homes, loader, forward_only))
     setattr(model, WRAPPED_ATTRIBUTE, True)  # until engine.destroy(): a second initialize on it is refused
     return engine
 

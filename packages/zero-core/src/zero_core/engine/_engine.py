@@ -49,6 +49,7 @@ class EngineParts:
     dtype: torch.dtype
     homes: Homes  # every copy's home; its offload devices are closed by destroy()
     training_dataloader: torch.utils.data.DataLoader[Any] | None = None
+    forward_only: bool = False  # built without an optimizer: backward and step are refused
 
 
 class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
@@ -89,7 +90,7 @@ class ZeroEngine(DeepSpeedCalls, torch.nn.Module):
         self._moves = StateMover(parts.ledger, None if parts.device.type == "cpu" else parts.device.type)
         limits = parts.config.non_finite_steps
         dynamic = parts.config.fp16.enabled and parts.config.fp16.dynamic
-        self._order = CallOrder()
+        self._order = CallOrder(forward_only=parts.forward_only)
         self._skips = SkippedSteps(limits.consecutive_limit(dynamic), limits.initial_limit(dynamic))
         self._trainable = TrainableSet(parts.module)
         self._losses = LossWatch()

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 WRAPPED_ATTRIBUTE = "_zero_engine_wrapped"
 
 
-def check_model(model: torch.nn.Module, param_groups: list[ParamGroup], stage: int) -> None:
-    """One clear error for a model this engine cannot train."""
+def check_model(model: torch.nn.Module, param_groups: list[ParamGroup], stage: int, *, trains: bool = True) -> None:
+    """One clear error for a model this engine cannot train (or, with `trains=False`, run forward)."""
     name = type(model).__name__
     if getattr(model, WRAPPED_ATTRIBUTE, False):
         raise ZeroError(f"this {name} is already wrapped by a ZeroEngine (initialize was called on it before); "
@@ -39,7 +39,7 @@ def check_model(model: torch.nn.Module, param_groups: list[ParamGroup], stage: i
         raise ZeroError(f"{len(meta)} parameter(s) of {name} are on the meta device and hold no values (first: "
                         f"{meta[0]}); build the model under zero_core.Init(...), or call model.to_empty(device=...) "
                         "and load the weights before initialize")
-    if not any(group.params for group in param_groups):
+    if trains and not any(group.params for group in param_groups):
         raise ZeroError(f"{name} has no parameter with requires_grad=True among those given to initialize: "
                         "there is nothing to train; unfreeze some parameters (or pass model_parameters that train)")
 

@@ -16,7 +16,8 @@ _READS_WEIGHTS_ONLY = frozenset({"forward", "module_state_dict", "_zero3_consoli
 class CallOrder:
     """`backward` then `step`, once per micro-batch; nothing after `destroy`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, forward_only: bool = False) -> None:
+        self.forward_only = forward_only  # an engine initialize built without an optimizer
         self.backward_pending = False  # a backward whose step has not come yet
         self.accumulated = 0  # micro-batches stepped since the last accumulation boundary: their gradients are held
         self.destroyed = False
@@ -63,8 +64,15 @@ class CallOrder:
             self.backward_pending = False
             self.accumulated += 1
 
+    def check_trains(self, call: str) -> None:
+        if self.forward_only:
+            raise EngineMisuse(f"engine.{call}() on an engine built without an optimizer (initialize got no "
+                               "optimizer= and the config has no optimizer block): as DeepSpeed's, it only runs "
+                               "forward; pass optimizer= or add an optimizer block to train it")
+
     def backward(self) -> None:
         self.check_alive("backward")
+        self.check_trains("backward")
         if self.backward_pending:
             raise EngineMisuse("engine.backward() twice without engine.step() between: call step() after every "
                                "backward (it counts the micro-batch; the optimizer steps only at the gradient "
@@ -73,6 +81,7 @@ class CallOrder:
 
     def step(self) -> None:
         self.check_alive("step")
+        self.check_trains("step")
         if not self.backward_pending:
             raise EngineMisuse("engine.step() without engine.backward(loss) since the last step: there are no "
                                "gradients of this micro-batch to step with; call backward first")

@@ -25,7 +25,7 @@ from ._master_homes import MasterCopy, MasterHome
 from ._names import name_parameters, param_name
 from ._optimizer import ZeroOptimizer
 from ._packed_bucket import PackedBucket, pack_buckets
-from ._param_groups import ParamGroup, frozen_params, resolve_param_groups
+from ._param_groups import ParamGroup, resolve_param_groups
 from ._homes import Homes, build_homes
 from ._policy import GradReduction, StagePolicy, policy_for
 from ._sub_groups import StepsGivenParams, step_by_sub_group, step_one
@@ -75,7 +75,6 @@ __all__ = [
     "build_flat_state",
     "build_homes",
     "build_optimizer",
-    "frozen_params",
     "in_gradient_order",
     "layout_buckets",
     "name_parameters",

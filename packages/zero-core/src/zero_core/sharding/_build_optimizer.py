@@ -52,7 +52,9 @@ def build_optimizer(
             raise ZeroError(f"the optimizer callable returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
         return optimizer
     if config is None:
-        raise ZeroError("no optimizer: pass optimizer= to initialize, or add an optimizer block to the config")
+        # none given or configured: DeepSpeed's inference engine, which the engine never lets step (forward_only);
+        # SGD without momentum keeps no state
+        return torch.optim.SGD(groups, lr=0.0)
     cpu_class = cpu_optimizers(config.type.lower()) if cpu_optimizers is not None else None
     if cpu_class is not None and config.params.get("torch_adam") is not True:  # DeepSpeed's switch back to torch
         return cpu_class(groups, **_cpu_arguments(config, cpu_class))

@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
+from zero_plugins import ZeroError
 
 from ..comm import Collectives
 from ..memory import MemoryLedger, read_float
@@ -86,6 +87,15 @@ class ZeroOptimizer:
         return self.loss_scaler.scale
 
     cur_scale = loss_scale  # DeepSpeed's two names for it
+
+    @property
+    def parameter_offload(self) -> NoReturn:
+        """Refused: DeepSpeed's stage-3 hook owner, whose hooks TRL's unwrap_model_for_generation takes off; an
+        AttributeError would send TRL on to a wrong object (it checks with hasattr)."""
+        raise ZeroError("engine.optimizer.parameter_offload (DeepSpeed's stage-3 hook owner, which TRL's "
+                        "unwrap_model_for_generation reaches to take the hooks off for generation) has no counterpart "
+                        "in zero: set ds3_gather_for_generation=False in the TRL config, and generation gathers each "
+                        "module as it runs")
 
     def zero_grad(self, *, set_to_none: bool = True) -> None:
         """Free the gradient buckets (or zero them in place with `set_to_none=False`)."""

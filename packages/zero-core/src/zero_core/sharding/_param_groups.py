@@ -69,7 +69,3 @@ def _unnamed(item: Any) -> Any:
     if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], torch.Tensor):
         return item[1]
     return item
-
-
-def frozen_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
-    return [p for p in module.parameters() if not p.requires_grad]

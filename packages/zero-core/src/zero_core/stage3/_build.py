@@ -52,7 +52,7 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
                               context.comm)
     place_buffers(model, context)
     group_of = {id(p): index for index, group in enumerate(param_groups) for p in group.params}
-    units, group_units, group_masters = _build_units(model, group_of, context)
+    units, group_units, group_masters = _build_units(model, group_of, len(param_groups), context)
     groups = []
     for index, group in enumerate(param_groups):
         persistent = [p for p in group.params if unit_of(p) is None]
@@ -71,11 +71,10 @@ def build_stage3_state(model: torch.nn.Module, param_groups: list[ParamGroup], c
 
 
 def _build_units(
-    model: torch.nn.Module, group_of: dict[int, int], context: BuildContext,
+    model: torch.nn.Module, group_of: dict[int, int], groups: int, context: BuildContext,
 ) -> tuple[dict[torch.nn.Module, list[ParamUnit]], list[list[ParamUnit]], list[list[MasterCopy | None]]]:
     threshold = context.config.zero_optimization.stage3_param_persistence_threshold
     comm, dtype, device, ledger = context.comm, context.dtype, context.device, context.ledger
-    groups = max(group_of.values(), default=-1) + 1
     group_units: list[list[ParamUnit]] = [[] for _ in range(groups)]
     group_masters: list[list[MasterCopy | None]] = [[] for _ in range(groups)]
     unit_by_param: dict[int, ParamUnit] = {}

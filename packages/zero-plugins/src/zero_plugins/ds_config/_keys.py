@@ -54,6 +54,19 @@ def _unknown_key(root: type[ConfigModel], model: type[ConfigModel], key: str, pa
     return ConfigError(here, "unknown key; remove it (docs/config.md lists every key zero reads)")
 
 
+def is_dotted_path(root: type[ConfigModel], key: str) -> bool:
+    """Whether a top-level `key` spells a nested key's path ("zero_optimization.reduce_bucket_size").
+
+    DeepSpeed reads blocks only, so it ignores such a key without a word; TRL's `prepare_deepspeed` writes them.
+    """
+    *blocks, last = key.split(".")
+    model: type[ConfigModel] | None = root
+    for name in blocks:
+        field_name = model.key_names().get(name) if model is not None else None
+        model = _block_type(model, field_name) if model is not None and field_name is not None else None
+    return bool(blocks) and model is not None and (last in model.key_names() or last in model.IGNORED)
+
+
 def screen(root: type[ConfigModel], data: Mapping[str, Any], ignored: list[str]) -> dict[str, Any]:
     """`data` without its ignored keys (appended to `ignored`) and the "auto" values the Hugging Face Trainer
     fills in; raises ConfigError on bad keys and on "auto" anywhere else."""
@@ -70,7 +83,7 @@ def _screen(
         if not isinstance(key, str):
             raise ConfigError(join_path(path, str(key)), "keys must be strings")
         here = join_path(path, key)
-        if key in model.IGNORED:
+        if key in model.IGNORED or (model is root and is_dotted_path(root, key)):
             ignored.append(here)
             continue
         if key in model.REMOVED:

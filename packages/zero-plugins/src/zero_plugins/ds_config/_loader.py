@@ -15,7 +15,7 @@ from .._user_files import ConfigFileError, json_integer, read_config_text
 from ._batch import resolve_batch_sizes
 from ._checks import check_consistency, drop_offload_unused_by_stage
 from ._errors import ConfigError, IgnoredConfigKeysWarning, from_validation_error, show
-from ._keys import screen, zero_only_paths
+from ._keys import is_dotted_path, screen, zero_only_paths
 from ._model import ZeroConfig
 
 
@@ -47,12 +47,12 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], *, world_siz
         resolve_batch_sizes(config, world_size)
     config._ignored_keys = ignored
     if ignored:
-        warnings.warn(
-            IgnoredConfigKeysWarning(
-                f"zero accepts but ignores these DeepSpeed config keys: {', '.join(ignored)} (see docs/config.md)"
-            ),
-            stacklevel=2,
-        )
+        dotted = [key for key in raw if isinstance(key, str) and is_dotted_path(ZeroConfig, key)]
+        nested = [key for key in ignored if key not in dotted]
+        listed = f"zero accepts but ignores these DeepSpeed config keys: {', '.join(nested)}" if nested else ""
+        why = (f"{'; ' if nested else ''}zero ignores these dotted keys at the top level as DeepSpeed does (it reads "
+               f"nested blocks only; nest them in their blocks to set them): {', '.join(dotted)}" if dotted else "")
+        warnings.warn(IgnoredConfigKeysWarning(f"{listed}{why} (see docs/config.md)"), stacklevel=2)
     return config
 
 

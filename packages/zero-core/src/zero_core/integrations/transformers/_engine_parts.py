@@ -66,8 +66,3 @@ def evaluation_config(config: dict[str, Any], model: torch.nn.Module) -> dict[st
             if isinstance(kept.get(block), dict):
                 kept[block] = {**kept[block], "enabled": False}
     return kept
-
-
-def no_step_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
-    """The optimizer of an engine that only evaluates: it never steps, and SGD without momentum keeps no state."""
-    return torch.optim.SGD(groups, lr=0.0)

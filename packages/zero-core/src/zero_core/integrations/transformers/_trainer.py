@@ -31,7 +31,7 @@ from ...engine import ZeroEngine, initialize
 from ...stage3 import Init
 from ._auto_values import ZeroTrainerError, resolve_config
 from ._config_source import ConfigSource, read_zero_config
-from ._engine_parts import EngineOptimizer, EngineScheduler, evaluation_config, no_step_optimizer
+from ._engine_parts import EngineOptimizer, EngineScheduler, evaluation_config
 from ._refusals import refuse_arguments, refuse_trainer
 
 # Trainer methods overridden or called here: with a transformers that lacks one, an override would never run.
@@ -111,7 +111,7 @@ class ZeroTrainer(Trainer):
     def _build_engine(self, training: bool) -> ZeroEngine:
         max_steps = self.state.max_steps if training else None
         config = resolve_config(self._zero_source, self.args, getattr(self.model, "config", None), max_steps)
-        optimizer: Any = no_step_optimizer
+        optimizer: Any = None  # evaluation_config has no optimizer block: a forward-only engine
         scheduler: Any = None
         if training:
             # Trainer.create_optimizer() has just run; the config's blocks, when present, win (DeepSpeed's rule).
