@@ -227,17 +227,16 @@ def param_shards_by_home(
 
 def largest_bucket(spec: ModelSpec, zero: ZeroSettings) -> int | None:
     """Elements of the largest gradient bucket the engine reduces through one transient buffer (stages 2-3);
-    None without the modules. At stage 3 a unit's gradient is one bucket of its own: the largest unit
-    bounds it, as do the buckets of the small params."""
+    None without the modules. At stage 3 a unit's gradient is one bucket of its own, and the engine packs
+    consecutive buckets (in gradient order) up to reduce_bucket_size into one collective, as it cuts stage 2's."""
     if not spec.modules:
         return None
     threshold = zero.stage3_param_persistence_threshold
-    numels, units = [], []
+    numels = []
     for m in spec.instances():
         sizes = [math.prod(shape) for shape in m.trainable]
         if zero.stage == 3:
-            units.append(sum(n for n in sizes if n > threshold))
-            sizes = [n for n in sizes if n <= threshold]
+            unit = sum(n for n in sizes if n > threshold)
+            sizes = [n for n in sizes if n <= threshold] + ([unit] if unit else [])
         numels += sizes
-    buckets = split_into_buckets(reversed(numels), zero.reduce_bucket_size) + units
-    return max(buckets, default=0)
+    return max(split_into_buckets(reversed(numels), zero.reduce_bucket_size), default=0)

@@ -73,10 +73,11 @@ class PackedBucket:
 def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:
     """Consecutive buckets (in launch order) packed while together they hold at most `max_numel` elements.
 
-    And no more than the largest bucket: no reduce buffer outgrows the one the largest unit
-    needs alone, so the worst case of `grad.bucket` stays what it was without packing.
+    `max_numel` is reduce_bucket_size, which bounds DeepSpeed's stage-3 reduce bucket too: each collective is a
+    point where the ranks wait for one another (gloo on a loaded host pays a scheduling delay at each), so a
+    bucket per unit made a step wait once per unit where DeepSpeed waits once per bucket. A unit larger than
+    `max_numel` is a bucket alone.
     """
-    limit = min(max_numel, max((b.layout.padded_numel for b in buckets), default=0))
     packed: list[ReduceBucket] = []
     run: list[LayoutBucket] = []
 
@@ -88,7 +89,7 @@ def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: in
         run.clear()
 
     for bucket in buckets:
-        if run and sum(b.layout.padded_numel for b in run) + bucket.layout.padded_numel > limit:
+        if run and sum(b.layout.padded_numel for b in run) + bucket.layout.padded_numel > max_numel:
             close()
         run.append(bucket)
     close()
