@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from zero_plugins.placement import stage3_bucket_cap
 
 from ..accelerator import Transfer
 from ._bucket import LayoutBucket, ReduceBucket
@@ -73,11 +74,10 @@ class PackedBucket:
 def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:
     """Consecutive buckets (in launch order) packed while together they hold at most `max_numel` elements.
 
-    `max_numel` is reduce_bucket_size, which bounds DeepSpeed's stage-3 reduce bucket too: each collective is a
-    point where the ranks wait for one another (gloo on a loaded host pays a scheduling delay at each), so a
-    bucket per unit made a step wait once per unit where DeepSpeed waits once per bucket. A unit larger than
-    `max_numel` is a bucket alone.
+    `max_numel` is reduce_bucket_size, and stage3_bucket_cap keeps a bucket within the largest unit or
+    LATENCY_BOUND_NUMEL, whichever is larger (docs/engine.md, "Stage 3"). A unit larger than that is alone.
     """
+    limit = stage3_bucket_cap(max((b.layout.padded_numel for b in buckets), default=0), max_numel)
     packed: list[ReduceBucket] = []
     run: list[LayoutBucket] = []
 
@@ -89,7 +89,7 @@ def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: in
         run.clear()
 
     for bucket in buckets:
-        if run and sum(b.layout.padded_numel for b in run) + bucket.layout.padded_numel > max_numel:
+        if run and sum(b.layout.padded_numel for b in run) + bucket.layout.padded_numel > limit:
             close()
         run.append(bucket)
     close()
