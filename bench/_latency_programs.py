@@ -12,7 +12,7 @@ from __future__ import annotations
 _CLOCK = '''
 import argparse, cProfile, json, math, os, time
 import torch
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, TrainerCallback
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--local_rank", type=int, default=-1)
@@ -62,6 +62,16 @@ def tiny_gpt_neox():
     return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=VOCAB, hidden_size=args.hidden, num_hidden_layers=args.layers,
                                             num_attention_heads=4, intermediate_size=4 * args.hidden,
                                             max_position_embeddings=args.seq))
+
+
+class Timed(TrainerCallback):
+    """The clock around each optimizer step of a Trainer."""
+
+    def on_step_begin(self, *_, **__):
+        clock.start()
+
+    def on_step_end(self, *_, **__):
+        clock.stop()
 
 
 clock = Clock()
@@ -115,7 +125,7 @@ clock.write()
 
 # The stock transformers.Trainer with `TrainingArguments(deepspeed=ds.json)`, a config of "auto" values.
 TRAINER = _CLOCK + '''
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainingArguments
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -129,14 +139,6 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[index], "labels": self.ids[index]}
 
 
-class Timed(TrainerCallback):
-    def on_step_begin(self, *_, **__):
-        clock.start()
-
-    def on_step_end(self, *_, **__):
-        clock.stop()
-
-
 config = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_clipping": "auto",
           "bf16": {"enabled": "auto"}, "zero_optimization": {k: "auto" if "bucket" in k or "persistence" in k else v
                                                              for k, v in STAGE.items()}}
@@ -148,7 +150,8 @@ Trainer(model=tiny_gpt_neox(), args=settings, train_dataset=Tokens(), callbacks=
 clock.write()
 '''
 
-# accelerate's DeepSpeed plugin on a hand-written loop.
+# accelerate's DeepSpeed plugin on a hand-written loop. Not `cpu=True`: with it accelerate ignores the plugin and
+# wraps the model in DistributedDataParallel (accelerate.state: DeepSpeed is used only `if not cpu`).
 ACCELERATE = _CLOCK + '''
 from accelerate import Accelerator, DeepSpeedPlugin
 
@@ -157,9 +160,10 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 ids = torch.randint(0, VOCAB, (4 * args.steps, args.seq), generator=torch.Generator().manual_seed(7))
 config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
           "zero_optimization": STAGE}
-accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), mixed_precision="bf16", cpu=True)
+accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), mixed_precision="bf16")
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=2)
 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+assert accelerator.distributed_type == "DEEPSPEED", accelerator.distributed_type
 model.train()
 for (batch,) in loader:
     clock.start()
@@ -175,7 +179,7 @@ clock.write()
 TRL_SFT = _CLOCK + '''
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, TrainerCallback
+from transformers import PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
 words = [f"w{i}" for i in range(VOCAB - 2)]
@@ -186,14 +190,6 @@ tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>",
 draw = torch.Generator().manual_seed(7)
 texts = [" ".join(words[i] for i in torch.randint(0, len(words), (args.seq - 1,), generator=draw).tolist())
          for _ in range(4 * args.steps)]
-
-
-class Timed(TrainerCallback):
-    def on_step_begin(self, *_, **__):
-        clock.start()
-
-    def on_step_end(self, *_, **__):
-        clock.stop()
 
 
 config = {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_clipping": "auto",
