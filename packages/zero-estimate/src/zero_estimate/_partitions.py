@@ -28,6 +28,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from zero_plugins.placement import stage3_bucket_cap
+
 from ._formula import SUM_PRECEDENCE, Q
 from ._settings import ZeroSettings
 from ._spec import ModelSpec
@@ -227,8 +229,8 @@ def param_shards_by_home(
 
 def largest_bucket(spec: ModelSpec, zero: ZeroSettings) -> int | None:
     """Elements of the largest gradient bucket the engine reduces through one transient buffer (stages 2-3);
-    None without the modules. At stage 3 a unit's gradient is one bucket of its own: the largest unit
-    bounds it, as do the buckets of the small params."""
+    None without the modules. At stage 3 a unit's gradient is one bucket of its own, and the engine packs
+    consecutive buckets (in gradient order) into one collective up to stage3_bucket_cap."""
     if not spec.modules:
         return None
     threshold = zero.stage3_param_persistence_threshold
@@ -237,7 +239,7 @@ def largest_bucket(spec: ModelSpec, zero: ZeroSettings) -> int | None:
         sizes = [math.prod(shape) for shape in m.trainable]
         if zero.stage == 3:
             units.append(sum(n for n in sizes if n > threshold))
-            sizes = [n for n in sizes if n <= threshold]
+            sizes = [n for n in sizes if n <= threshold] + ([units[-1]] if units[-1] else [])
         numels += sizes
-    buckets = split_into_buckets(reversed(numels), zero.reduce_bucket_size) + units
-    return max(buckets, default=0)
+    cap = stage3_bucket_cap(max(units), zero.reduce_bucket_size) if units else zero.reduce_bucket_size
+    return max(split_into_buckets(reversed(numels), cap), default=0)

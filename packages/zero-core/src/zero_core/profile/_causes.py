@@ -12,7 +12,7 @@ _CAUSES: dict[tuple[str, bool], str] = {
                               "weights here, which the ledger names param.gathered.held)",
     (Category.PARAM_GATHERED, False): "more weights gathered at once than estimated (prefetching ahead of use)",
     (Category.GRAD_BUCKET, True): "a reduce bucket the engine does not allocate here (stages 0-1 reduce in the gradient "
-                           "buffers; stage 3 caps a bucket at the largest unit)",
+                           "buffers; stage 3 packs whole units, so a bucket may stop short of its cap)",
     (Category.GRAD_BUCKET, False): "reduce buckets in flight beyond the estimate",
     ("comm", True): "communication buffers the engine never allocates (it all-gathers in place)",
     (Category.ACTIVATIONS, False): "activations and backward transients the estimator does not model (the loss's fp32 "

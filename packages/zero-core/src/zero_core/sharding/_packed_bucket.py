@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from zero_plugins.placement import stage3_bucket_cap
 
 from ..accelerator import Transfer
 from ._bucket import LayoutBucket, ReduceBucket
@@ -73,10 +74,10 @@ class PackedBucket:
 def pack_buckets(buckets: Sequence[LayoutBucket], max_numel: int, world_size: int) -> list[ReduceBucket]:
     """Consecutive buckets (in launch order) packed while together they hold at most `max_numel` elements.
 
-    And no more than the largest bucket: no reduce buffer outgrows the one the largest unit
-    needs alone, so the worst case of `grad.bucket` stays what it was without packing.
+    `max_numel` is reduce_bucket_size, and stage3_bucket_cap keeps a bucket within the largest unit or
+    LATENCY_BOUND_NUMEL, whichever is larger (docs/engine.md, "Stage 3"). A unit larger than that is alone.
     """
-    limit = min(max_numel, max((b.layout.padded_numel for b in buckets), default=0))
+    limit = stage3_bucket_cap(max((b.layout.padded_numel for b in buckets), default=0), max_numel)
     packed: list[ReduceBucket] = []
     run: list[LayoutBucket] = []
 

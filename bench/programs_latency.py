@@ -1,0 +1,148 @@
+"""Per-step latency of programs written for DeepSpeed: under `zero launch` against DeepSpeed 0.19.8, in one run.
+
+    .venv/bin/python bench/programs_latency.py [--rounds 3] [--steps 10] [--programs NAME ...] [--json out.json]
+
+Each program of bench/_latency_programs.py runs unchanged, on 2 CPU ranks (gloo, OMP_NUM_THREADS=1), twice per
+round: under `python -m zero_cli launch --nproc_per_node 2` and under `torchrun --nproc_per_node 2` on the real
+DeepSpeed (DS_ACCELERATOR=cpu), zero and DeepSpeed alternating so that both see the same load on the machine.
+Each program times its own optimizer steps. Reported per program, over every round's steps after the first 2
+(warm-up):
+- step s: the median of the step's wall time (the slower rank's);
+- host CPU s: the median of the step's process CPU time (user+sys of the rank's threads, averaged over ranks):
+  the host-side cost, which other processes on the machine inflate far less than wall time;
+- each as zero / DeepSpeed (target: at most 1.0).
+Also the machine's 1-minute load average before and after. The programs found by environment variable
+(DeepSpeed-Chat's main.py, transformers' run_clm.py) are measured where their tests' harnesses are: here they
+are listed as skipped with the variable that names them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _latency_programs import PROGRAMS
+
+REPO = Path(__file__).resolve().parents[1]
+WARM_UP = 2
+# Under plain torchrun on DeepSpeed: the program runs as its own __main__ (tests/deepspeed_peer.py skips the
+# shared-memory op DeepSpeed's comm would compile, which training never uses).
+DEEPSPEED_RUNNER = f'''
+import runpy, sys
+import torch.distributed as dist
+sys.path.insert(0, {str(REPO / "tests")!r})
+from deepspeed_peer import import_deepspeed
+import_deepspeed()
+program = sys.argv.pop(1)
+sys.argv[0] = program
+runpy.run_path(program, run_name="__main__")
+if dist.is_initialized():
+    dist.destroy_process_group()
+'''
+# Programs that other tests run from a checkout named by an environment variable.
+EXTERNAL = {"deepspeed-chat-step1": "ZERO_DEEPSPEED_CHAT", "run_clm": "ZERO_RUN_CLM"}
+FRAMEWORKS = ("zero", "deepspeed")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--programs", nargs="+", choices=list(PROGRAMS), default=list(PROGRAMS))
+    parser.add_argument("--rounds", type=int, default=2, help="zero and DeepSpeed runs per program, alternating")
+    parser.add_argument("--steps", type=int, default=10, help=f"steps per run (the first {WARM_UP} not counted)")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--profile", help="a folder: each run's cProfile statistics of its counted steps, per rank "
+                                          "(PROGRAM.FRAMEWORK.ROUND.RANK), to see where the time goes")
+    return parser.parse_args()
+
+
+def _run(framework: str, program: Path, options: list[str], folder: Path) -> list[dict[str, list[float]]]:
+    """One run of `program` on 2 ranks; each rank's step times."""
+    timing = folder / f"{framework}-timing"
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if framework == "zero":
+        environment.pop("DS_ACCELERATOR", None)
+        command = [sys.executable, "-m", "zero_cli", "launch", "--nproc_per_node", "2", str(program)]
+    else:
+        environment["DS_ACCELERATOR"] = "cpu"
+        runner = folder / "on_deepspeed.py"
+        runner.write_text(DEEPSPEED_RUNNER)
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(runner), str(program)]
+    done = subprocess.run([*command, *options, "--timing", str(timing)], env=environment, capture_output=True,
+                          text=True, timeout=600)
+    written = [Path(f"{timing}.{rank}") for rank in range(2)]
+    if done.returncode != 0:
+        if not all(path.exists() for path in written):
+            raise SystemExit(f"{program.stem} on {framework} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+        # every step ran and was written; gloo's teardown at interpreter exit aborts a rank now and then
+        print(f"note: {program.stem} on {framework} exited {done.returncode} after every rank wrote its steps; "
+              "they are kept", flush=True)
+    timings = [json.loads(path.read_text()) for path in written]
+    for path in written:
+        path.unlink()  # the next run's must not be mistaken for this one's
+    return timings
+
+
+def _steps(runs: list[list[dict[str, list[float]]]]) -> dict[str, float]:
+    """Medians over every run's steps after warm-up: wall (the slower rank's) and CPU (the ranks' mean)."""
+    wall, cpu = [], []
+    for ranks in runs:
+        for step in range(WARM_UP, min(len(r["wall"]) for r in ranks)):
+            wall.append(max(r["wall"][step] for r in ranks))
+            cpu.append(statistics.fmean(r["cpu"][step] for r in ranks))
+    return {"step_s": statistics.median(wall), "host_cpu_s": statistics.median(cpu), "steps": len(wall)}
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"load_before": os.getloadavg()[0], "programs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.programs:
+            text, options = PROGRAMS[name]
+            folder = Path(tmp) / name
+            folder.mkdir()
+            program = folder / f"{name.replace('-', '_')}.py"
+            program.write_text(text)
+            runs: dict[str, list[Any]] = {framework: [] for framework in FRAMEWORKS}
+            for round_ in range(args.rounds):
+                for framework in FRAMEWORKS:
+                    profile = ["--profile", str(Path(args.profile, f"{name}.{framework}.{round_}").resolve())
+                               ] if args.profile else []
+                    runs[framework].append(_run(framework, program, [*options, "--steps", str(args.steps), *profile],
+                                                folder))
+            results["programs"][name] = {framework: _steps(runs[framework]) for framework in FRAMEWORKS}
+            print(f"measured {name}", flush=True)
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    print(f"\nload average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after")
+    header = (f"{'program':<22}{'zero step s':>12}{'DS step s':>11}{'zero/DS':>9}"
+              f"{'zero host CPU s':>17}{'DS host CPU s':>15}{'zero/DS':>9}")
+    print(header)
+    print("-" * len(header))
+    for name, by in results["programs"].items():
+        zero, deepspeed = by["zero"], by["deepspeed"]
+        print(f"{name:<22}{zero['step_s']:>12.4f}{deepspeed['step_s']:>11.4f}"
+              f"{zero['step_s'] / deepspeed['step_s']:>9.2f}{zero['host_cpu_s']:>17.4f}"
+              f"{deepspeed['host_cpu_s']:>15.4f}{zero['host_cpu_s'] / deepspeed['host_cpu_s']:>9.2f}")
+    for name, variable in EXTERNAL.items():
+        print(f"{name:<22}skipped: measured by its test's harness, where {variable} names the program")
+
+
+def main() -> int:
+    args = parse_args()
+    results = measure(args)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), **results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
