@@ -11,7 +11,9 @@ downloaded), data made in the program, 2 CPU ranks on gloo, OMP_NUM_THREADS=1.
 - accelerate's `Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=...))`, `prepare(model, optimizer,
   loader)`, `accumulate`, `backward`, `optimizer.step()`: stage 2 and 3, 8 micro-batches of 2 with 2 per step.
   (Accelerator's own gradient_accumulation_steps decides where accelerate sets the engine's boundary.)
-  Its losses equal DeepSpeed's exactly in fp32 (the client's torch AdamW on both), within BF16_TOLERANCE in bf16.
+  The program asserts that accelerate took its DeepSpeed path (not `cpu=True`, with which accelerate ignores the
+  plugin and runs DDP). Its losses agree with DeepSpeed's within FP32_TOLERANCE in fp32 (measured 4.8e-7: the
+  client's torch AdamW on both, gradients averaged in another order), within BF16_TOLERANCE in bf16 (2.2e-4).
 - Where DeepSpeed 0.19.8 is installed, each program also runs under plain torchrun (DS_ACCELERATOR=cpu) on
   DeepSpeed. The Trainer's fp32 agrees within FP32_TOLERANCE (measured: 4.8e-7, DeepSpeed's C++ fused Adam against torch's
   AdamW, which round in a different order) and bf16 within BF16_TOLERANCE (the issue's 2e-3).
@@ -109,9 +111,13 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 ids = torch.randint(0, 96, (32, 16), generator=torch.Generator().manual_seed(7))
 accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=args.ds_config,
                                                            gradient_accumulation_steps=2),
-                          gradient_accumulation_steps=2, mixed_precision=args.mixed_precision, cpu=True)
+                          gradient_accumulation_steps=2, mixed_precision=args.mixed_precision)
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=2)
 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+# Not cpu=True: with it accelerate ignores the plugin and wraps the model in DistributedDataParallel.
+assert accelerator.distributed_type == "DEEPSPEED", accelerator.distributed_type
+import deepspeed
+assert isinstance(model, deepspeed.DeepSpeedEngine), type(model)
 model.train()
 losses = []
 for (batch,) in loader:
@@ -120,7 +126,7 @@ for (batch,) in loader:
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-    losses.append(accelerator.gather(loss.detach()).tolist())
+    losses.append(loss.item())  # rank 0's own micro-batch losses (accelerate's gather of a scalar fails on gloo)
 if accelerator.is_main_process:
     with open(args.losses, "w") as out:
         json.dump(losses, out)
@@ -187,6 +193,6 @@ def test_accelerates_deepspeed_plugin_matches_deepspeed(tmp_path: Path, stage: i
     zero_launch(program, *_accelerate_args(tmp_path, stage, "zero", "--mixed_precision", precision))
     on_deepspeed(tmp_path, program, *_accelerate_args(tmp_path, stage, "deepspeed", "--mixed_precision", precision))
     zero, deepspeed = _losses(tmp_path / "zero.json"), _losses(tmp_path / "deepspeed.json")
-    if precision == "no":
-        assert zero == deepspeed  # exactly: the client's torch AdamW steps on both
-    assert_close(zero, deepspeed, BF16_TOLERANCE)
+    # The client's torch AdamW steps on both; DeepSpeed's stage 2 averages gradients in another order (fp32: 4.8e-7).
+    gap = assert_close(zero, deepspeed, FP32_TOLERANCE if precision == "no" else BF16_TOLERANCE)
+    print(f"accelerate's plugin at stage {stage}, {precision}: largest loss gap zero/DeepSpeed {gap:.2g}")
