@@ -63,7 +63,7 @@ def zero_register_commands(cli: CommandTable) -> None:
 @hookimpl
 def zero_verify_candidate(request: dict[str, Any]) -> dict[str, Any]:
     """zero-estimate's hookspec (`zero plan --verify`): one configuration's peaks, traced by the dry run."""
-    from .profile._verify import verify_candidate  # torch loads only when `zero plan --verify` asks
+    from .profile import verify_candidate  # torch loads only when `zero plan --verify` asks
 
     return verify_candidate(request)
 

@@ -20,5 +20,6 @@ if TYPE_CHECKING:
     from ._request import ProfileRequest as ProfileRequest, Setting as Setting
     from ._run import run_profile as run_profile
     from ._text import profile_text as profile_text
+    from ._verify import verify_candidate as verify_candidate
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
