@@ -63,6 +63,11 @@ def parse_args() -> argparse.Namespace:
                                           "(PROGRAM.FRAMEWORK.ROUND.RANK), to see where the time goes; programs "
                                           "of bench/_latency_programs.py only")
     args = parser.parse_args()
+    if args.steps < WARM_UP + 2:  # run_clm's N steps give N - 1 intervals, the first WARM_UP not counted
+        parser.error(f"--steps {args.steps}: at least {WARM_UP + 2}, so that a step is counted after the "
+                     f"{WARM_UP} of warm-up")
+    if args.profile:  # the programs write their statistics into it
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     if args.programs is None:
         args.programs = [*PROGRAMS, *(name for name, program in EXTERNAL.items() if program.found())]
     for name in args.programs:
