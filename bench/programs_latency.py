@@ -11,9 +11,12 @@ Each program times its own optimizer steps. Reported per program, over every rou
 - host CPU s: the median of the step's process CPU time (user+sys of the rank's threads, averaged over ranks):
   the host-side cost, which other processes on the machine inflate far less than wall time;
 - each as zero / DeepSpeed (target: at most 1.0).
-Also the machine's 1-minute load average before and after. The programs found by environment variable
-(DeepSpeed-Chat's main.py, transformers' run_clm.py) are measured where their tests' harnesses are: here they
-are listed as skipped with the variable that names them.
+Also the machine's 1-minute load average before and after.
+
+The programs of bench/_latency_external.py, not part of this repository, run where their environment variable
+names them (DeepSpeed-Chat's step-1 main.py: ZERO_DEEPSPEED_CHAT; transformers' run_clm.py: ZERO_RUN_CLM), with
+the same rounds and warm-up; their step s is rank 0's wall time per step as the program prints it (that module
+says how), and they have no host CPU figure. Where a variable is unset, its rows are listed as skipped.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from _latency_external import EXTERNAL
 from _latency_programs import PROGRAMS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,20 +49,31 @@ runpy.run_path(program, run_name="__main__")
 if dist.is_initialized():
     dist.destroy_process_group()
 '''
-# Programs that other tests run from a checkout named by an environment variable.
-EXTERNAL = {"deepspeed-chat-step1": "ZERO_DEEPSPEED_CHAT", "run_clm": "ZERO_RUN_CLM"}
 FRAMEWORKS = ("zero", "deepspeed")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--programs", nargs="+", choices=list(PROGRAMS), default=list(PROGRAMS))
+    parser.add_argument("--programs", nargs="+", choices=[*PROGRAMS, *EXTERNAL],
+                        help="default: every program, those of bench/_latency_external.py where their variable is set")
     parser.add_argument("--rounds", type=int, default=2, help="zero and DeepSpeed runs per program, alternating")
     parser.add_argument("--steps", type=int, default=10, help=f"steps per run (the first {WARM_UP} not counted)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--profile", help="a folder: each run's cProfile statistics of its counted steps, per rank "
-                                          "(PROGRAM.FRAMEWORK.ROUND.RANK), to see where the time goes")
-    return parser.parse_args()
+                                          "(PROGRAM.FRAMEWORK.ROUND.RANK), to see where the time goes; programs "
+                                          "of bench/_latency_programs.py only")
+    args = parser.parse_args()
+    if args.steps < WARM_UP + 2:  # run_clm's N steps give N - 1 intervals, the first WARM_UP not counted
+        parser.error(f"--steps {args.steps}: at least {WARM_UP + 2}, so that a step is counted after the "
+                     f"{WARM_UP} of warm-up")
+    if args.profile:  # the programs write their statistics into it
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+    if args.programs is None:
+        args.programs = [*PROGRAMS, *(name for name, program in EXTERNAL.items() if program.found())]
+    for name in args.programs:
+        if name in EXTERNAL and not EXTERNAL[name].found():
+            parser.error(f"--programs {name} needs its program: {EXTERNAL[name].how_to_get}")
+    return args
 
 
 def _run(framework: str, program: Path, options: list[str], folder: Path) -> list[dict[str, list[float]]]:
@@ -98,13 +113,35 @@ def _steps(runs: list[list[dict[str, list[float]]]]) -> dict[str, float]:
     return {"step_s": statistics.median(wall), "host_cpu_s": statistics.median(cpu), "steps": len(wall)}
 
 
+def _external_steps(runs: list[list[float]]) -> dict[str, Any]:
+    """The median over every run's step times after warm-up; no CPU time (bench/_latency_external.py)."""
+    wall = [seconds for run in runs for seconds in run[WARM_UP:]]
+    return {"step_s": statistics.median(wall), "host_cpu_s": None, "steps": len(wall)}
+
+
+def _measure_external(name: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    program = EXTERNAL[name]
+    program.prepare(folder / "inputs")
+    runs: dict[str, list[list[float]]] = {framework: [] for framework in FRAMEWORKS}
+    for round_ in range(args.rounds):
+        for framework in FRAMEWORKS:
+            work = folder / f"{framework}-{round_}"
+            work.mkdir()
+            runs[framework].append(program.step_seconds(framework, args.steps, work))
+    return {framework: _external_steps(runs[framework]) for framework in FRAMEWORKS}
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"load_before": os.getloadavg()[0], "programs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.programs:
-            text, options = PROGRAMS[name]
             folder = Path(tmp) / name
             folder.mkdir()
+            if name in EXTERNAL:
+                results["programs"][name] = _measure_external(name, args, folder)
+                print(f"measured {name}", flush=True)
+                continue
+            text, options = PROGRAMS[name]
             program = folder / f"{name.replace('-', '_')}.py"
             program.write_text(text)
             runs: dict[str, list[Any]] = {framework: [] for framework in FRAMEWORKS}
@@ -122,17 +159,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(results: dict[str, Any]) -> None:
     print(f"\nload average (1 min): {results['load_before']:.2f} before, {results['load_after']:.2f} after")
-    header = (f"{'program':<22}{'zero step s':>12}{'DS step s':>11}{'zero/DS':>9}"
+    header = (f"{'program':<28}{'zero step s':>12}{'DS step s':>11}{'zero/DS':>9}"
               f"{'zero host CPU s':>17}{'DS host CPU s':>15}{'zero/DS':>9}")
     print(header)
     print("-" * len(header))
     for name, by in results["programs"].items():
         zero, deepspeed = by["zero"], by["deepspeed"]
-        print(f"{name:<22}{zero['step_s']:>12.4f}{deepspeed['step_s']:>11.4f}"
-              f"{zero['step_s'] / deepspeed['step_s']:>9.2f}{zero['host_cpu_s']:>17.4f}"
-              f"{deepspeed['host_cpu_s']:>15.4f}{zero['host_cpu_s'] / deepspeed['host_cpu_s']:>9.2f}")
-    for name, variable in EXTERNAL.items():
-        print(f"{name:<22}skipped: measured by its test's harness, where {variable} names the program")
+        cpu = (f"{zero['host_cpu_s']:>17.4f}{deepspeed['host_cpu_s']:>15.4f}"
+               f"{zero['host_cpu_s'] / deepspeed['host_cpu_s']:>9.2f}") if zero["host_cpu_s"] is not None else (
+            f"{'-':>17}{'-':>15}{'-':>9}")
+        print(f"{name:<28}{zero['step_s']:>12.4f}{deepspeed['step_s']:>11.4f}"
+              f"{zero['step_s'] / deepspeed['step_s']:>9.2f}{cpu}")
+    for name, program in EXTERNAL.items():
+        if name not in results["programs"] and not program.found():
+            print(f"{name:<28}skipped: {program.how_to_get}")
 
 
 def main() -> int:

@@ -1,10 +1,15 @@
 """Runs a program written for DeepSpeed's launcher under plain torchrun on the real DeepSpeed (the reference peer):
-`python -m torch.distributed.run --nproc_per_node N on_deepspeed.py program.py [args]`, DS_ACCELERATOR=cpu.
+`python -m torch.distributed.run --nproc_per_node N on_deepspeed.py [--comm-first] program.py [args]`,
+DS_ACCELERATOR=cpu.
 
 What DeepSpeed's own launcher would add: `--local_rank=<n>` right after the program (DeepSpeed-Chat initializes
 its process group only when given one). DeepSpeed's comm is told not to compile its shared-memory all-reduce
 (inference only, about a minute on 2 cores). The program runs as its own __main__, and the process group it
 leaves up is ended here: gloo's teardown at interpreter exit aborts a rank now and then.
+
+`--comm-first`: DeepSpeed's comm starts the process group (gloo) before the program runs. A Trainer program with
+`--use_cpu` needs it on DeepSpeed: accelerate would start the group, and DeepSpeed's zero.Init, reading its
+config before its own comm is up, sees world size 1 and refuses the Trainer's train_batch_size.
 """
 from __future__ import annotations
 
@@ -14,9 +19,15 @@ import runpy
 import sys
 
 
+COMM_FIRST = "--comm-first"
+
+
 def main() -> None:
-    importlib.import_module("deepspeed")
+    deepspeed = importlib.import_module("deepspeed")
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    if sys.argv[1] == COMM_FIRST:
+        del sys.argv[1]
+        deepspeed.init_distributed(dist_backend="gloo")
     program = sys.argv[1]
     sys.argv[:2] = [program, f"--local_rank={os.environ['LOCAL_RANK']}"]
     sys.path.insert(0, os.path.dirname(os.path.abspath(program)))  # as `python program.py` would

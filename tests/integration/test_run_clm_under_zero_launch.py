@@ -3,7 +3,7 @@
 
 The program is not in the transformers wheel or sdist: ZERO_RUN_CLM names a copy of it (RUN_CLM_URL); the
 tests skip where it is unset. Everything it loads is local (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1, HF_HOME in
-the test's folder; programs/_local_assets.py): a word-level tokenizer (`--tokenizer_name`), a tiny GPT-NeoX saved
+the test's folder; bench/programs/local_assets.py): a word-level tokenizer (`--tokenizer_name`), a tiny GPT-NeoX saved
 with random weights (`--model_name_or_path`) or only its config (`--config_name --model_type gpt_neox`, trained
 from scratch), and text files (`--train_file`, `--validation_file`). 2 CPU ranks on gloo, `--use_cpu`, a stage-3
 config full of "auto" (the scheduler's too), 4 steps of 2 micro-batches of 2 blocks of 16 tokens, a checkpoint
@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from programs._launch_runs import (AUTO_STAGE3, BF16_TOLERANCE, FP32_TOLERANCE, assert_close, needs_deepspeed,
                                    on_deepspeed, zero_launch)
-from programs._local_assets import save_gpt_neox, save_tokenizer, write_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "programs"))
+from local_assets import save_gpt_neox, save_tokenizer, write_text  # noqa: E402
 
 pytest.importorskip("accelerate")
 pytest.importorskip("datasets")

@@ -2,8 +2,8 @@
 
 Everything is built here from fixed words and a seed, so a program run with HF_HUB_OFFLINE=1 and
 HF_DATASETS_OFFLINE=1 finds all it asks for on disk, and two runs see the same tokens and weights.
-Imported by tests/integration tests (their folder is on sys.path); transformers and tokenizers are imported
-only when a tokenizer or model is built.
+Used by tests/integration/test_run_clm_under_zero_launch.py and the programs' latency bench (both put this
+folder on sys.path); transformers and tokenizers are imported only when a tokenizer or model is built.
 """
 from __future__ import annotations
 
