@@ -130,6 +130,7 @@ for (batch,) in loader:
 if accelerator.is_main_process:
     with open(args.losses, "w") as out:
         json.dump(losses, out)
+accelerator.end_training()  # ends the process group: gloo's teardown by the interpreter can abort a rank
 '''
 
 # the Trainer's own AdamW and warmup schedule
