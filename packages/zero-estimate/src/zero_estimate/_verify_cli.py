@@ -80,9 +80,9 @@ def run_verify(args: argparse.Namespace, model: ModelSpec, setup: Setup, given: 
     run = RunSettings(reference, model.lora.rank if model.lora else None,
                       _whole(args.steps, "--steps", 1, 10, DEFAULT_STEPS), limits.gpu_memory,
                       float(_whole(args.timeout, "--timeout", 1, 86400, DEFAULT_TIMEOUT)))
-    hook = dry_run_hook()  # refused here, before anything is planned, when zero-core is not installed
     cache = VerifyCache(None if args.no_cache else cache_dir())
-    cache.check()
+    cache.check()  # a linked cache folder is refused first: it is the user's input, whatever is installed
+    hook = dry_run_hook()  # refused here, before anything is planned, when zero-core is not installed
 
     def identity(candidate: Candidate) -> str:
         return cache_key(dry_run_request(candidate.estimate, given, run), model_config)
