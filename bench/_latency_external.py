@@ -42,7 +42,7 @@ AUTO_STAGE3 = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "au
                                      "stage3_param_persistence_threshold": "auto"}}
 
 
-def _launch_command(framework: str, launcher_options: list[str], arguments: list[str],
+def launch_command(framework: str, launcher_options: list[str], arguments: list[str],
                     comm_first: bool = False) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run `arguments` (a program and its arguments) on 2 CPU ranks: under zero
     launch, or under torchrun on DeepSpeed through bench/programs/on_deepspeed.py."""
@@ -125,7 +125,7 @@ class DeepSpeedChatStep1(ExternalProgram):
         arguments = [*dschat_inputs.program_arguments(self.run, copy, model, work), "--num_train_epochs", str(epochs)]
         logs = work / "logs"
         # each rank's output to its own file: the ranks' prints interleave on a shared pipe
-        command, environment = _launch_command(framework, ["--redirects", "3", "--log-dir", str(logs)], arguments)
+        command, environment = launch_command(framework, ["--redirects", "3", "--log-dir", str(logs)], arguments)
         environment.update(dschat_inputs.program_environment(copy))
         done = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=work, timeout=TIMEOUT_S)
         output = "".join(path.read_text() for path in logs.glob("*/attempt_*/0/stdout.log"))
@@ -169,7 +169,7 @@ class RunClm(ExternalProgram):
                      "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--max_steps", str(steps),
                      "--logging_steps", "1", "--save_strategy", "no", "--disable_tqdm", "true",
                      "--report_to", "none", "--seed", "0", "--use_cpu", "--output_dir", str(work / "output")]
-        command, environment = _launch_command(framework, [], arguments, comm_first=True)
+        command, environment = launch_command(framework, [], arguments, comm_first=True)
         environment.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                            HF_HOME=str(work / "hf"))
         arrivals: list[float] = []

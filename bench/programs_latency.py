@@ -30,25 +30,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _latency_external import EXTERNAL
+from _latency_external import EXTERNAL, launch_command
 from _latency_programs import PROGRAMS
 
-REPO = Path(__file__).resolve().parents[1]
 WARM_UP = 2
-# Under plain torchrun on DeepSpeed: the program runs as its own __main__ (tests/deepspeed_peer.py skips the
-# shared-memory op DeepSpeed's comm would compile, which training never uses).
-DEEPSPEED_RUNNER = f'''
-import runpy, sys
-import torch.distributed as dist
-sys.path.insert(0, {str(REPO / "tests")!r})
-from deepspeed_peer import import_deepspeed
-import_deepspeed()
-program = sys.argv.pop(1)
-sys.argv[0] = program
-runpy.run_path(program, run_name="__main__")
-if dist.is_initialized():
-    dist.destroy_process_group()
-'''
 FRAMEWORKS = ("zero", "deepspeed")
 
 
@@ -79,15 +64,7 @@ def parse_args() -> argparse.Namespace:
 def _run(framework: str, program: Path, options: list[str], folder: Path) -> list[dict[str, list[float]]]:
     """One run of `program` on 2 ranks; each rank's step times."""
     timing = folder / f"{framework}-timing"
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if framework == "zero":
-        environment.pop("DS_ACCELERATOR", None)
-        command = [sys.executable, "-m", "zero_cli", "launch", "--nproc_per_node", "2", str(program)]
-    else:
-        environment["DS_ACCELERATOR"] = "cpu"
-        runner = folder / "on_deepspeed.py"
-        runner.write_text(DEEPSPEED_RUNNER)
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(runner), str(program)]
+    command, environment = launch_command(framework, [], [str(program)])
     done = subprocess.run([*command, *options, "--timing", str(timing)], env=environment, capture_output=True,
                           text=True, timeout=600)
     written = [Path(f"{timing}.{rank}") for rank in range(2)]

@@ -177,7 +177,7 @@ def test_the_stock_trainers_deepspeed_run_equals_zerotrainers(tmp_path: Path, ca
 def test_the_stock_trainers_deepspeed_run_matches_deepspeeds(tmp_path: Path, case: str) -> None:
     program = write(tmp_path, "train.py", TRAINER_PROGRAM)
     zero_launch(program, *_trainer_args(tmp_path, case, "zero"))
-    on_deepspeed(tmp_path, program, *_trainer_args(tmp_path, case, "deepspeed"))
+    on_deepspeed(program, *_trainer_args(tmp_path, case, "deepspeed"))
     assert_close(_losses(tmp_path / "zero.json"), _losses(tmp_path / "deepspeed.json"),
                   BF16_TOLERANCE if TRAINER_CASES[case][1] else FP32_TOLERANCE)
 
@@ -192,7 +192,7 @@ def _accelerate_args(tmp_path: Path, stage: int, name: str, *extra: str) -> tupl
 def test_accelerates_deepspeed_plugin_matches_deepspeed(tmp_path: Path, stage: int, precision: str) -> None:
     program = write(tmp_path, "train.py", ACCELERATE_PROGRAM)
     zero_launch(program, *_accelerate_args(tmp_path, stage, "zero", "--mixed_precision", precision))
-    on_deepspeed(tmp_path, program, *_accelerate_args(tmp_path, stage, "deepspeed", "--mixed_precision", precision))
+    on_deepspeed(program, *_accelerate_args(tmp_path, stage, "deepspeed", "--mixed_precision", precision))
     zero, deepspeed = _losses(tmp_path / "zero.json"), _losses(tmp_path / "deepspeed.json")
     # The client's torch AdamW steps on both; DeepSpeed's stage 2 averages gradients in another order (fp32: 4.8e-7).
     gap = assert_close(zero, deepspeed, FP32_TOLERANCE if precision == "no" else BF16_TOLERANCE)

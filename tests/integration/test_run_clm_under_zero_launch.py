@@ -104,7 +104,7 @@ def test_run_clm_at_stage3_saves_and_resumes_exactly_under_zero_launch(assets: P
 def test_run_clm_matches_deepspeed(assets: Path, tmp_path: Path, route: str, precision: str) -> None:
     program, bf16 = Path(RUN_CLM), ("--bf16",) if precision == "bf16" else ()
     zero_launch(program, *_args(assets, tmp_path / "zero", route, *bf16), **_offline(tmp_path))
-    on_deepspeed(tmp_path, program, *_args(assets, tmp_path / "deepspeed", route, *bf16), comm_first=True,
+    on_deepspeed(program, *_args(assets, tmp_path / "deepspeed", route, *bf16), comm_first=True,
                  **_offline(tmp_path))
     zero, deepspeed = _losses(tmp_path / "zero"), _losses(tmp_path / "deepspeed")
     assert sorted(zero) == sorted(deepspeed) == [1, 2, 3, 4]

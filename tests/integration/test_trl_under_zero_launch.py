@@ -188,7 +188,7 @@ def test_sfts_first_loss_is_the_same_with_lora_and_at_either_stage(on_zero: Run)
 @pytest.mark.parametrize("case", CASES)
 def test_trl_on_zero_matches_deepspeed(on_zero: Run, tmp_path: Path, case: str) -> None:
     zero = on_zero(case)
-    deepspeed = _runner(tmp_path, lambda *args: on_deepspeed(tmp_path, *args))(case, "deepspeed")
+    deepspeed = _runner(tmp_path, on_deepspeed)(case, "deepspeed")
     tolerance = BF16_TOLERANCE if CASES[case][2] else FP32_TOLERANCE
     assert_close(zero.losses, deepspeed.losses, tolerance)
     assert zero.saved.keys() == deepspeed.saved.keys()

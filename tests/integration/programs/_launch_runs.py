@@ -1,7 +1,7 @@
 """Running one program under `zero launch` and under plain torchrun on DeepSpeed 0.19.8, and comparing losses.
 
 Shared by the tests that run programs written for DeepSpeed unchanged (issue 34): tests/integration's
-test_programs_under_zero_launch.py and test_run_clm_under_zero_launch.py. Both runs get 2 CPU ranks on gloo
+test_programs_under_zero_launch.py, test_run_clm_under_zero_launch.py and test_trl_under_zero_launch.py. Both runs get 2 CPU ranks on gloo
 and OMP_NUM_THREADS=1; a failed run's assertion shows its first rank traceback.
 """
 from __future__ import annotations
@@ -23,7 +23,9 @@ needs_deepspeed = pytest.mark.skipif(not REAL_DEEPSPEED, reason="DeepSpeed 0.19.
 FP32_TOLERANCE = 2e-6
 BF16_TOLERANCE = 2e-3
 TESTS = Path(__file__).resolve().parents[2]
-COMM_FIRST = "--init-deepspeed-comm-first"
+# The reference runner bench/programs_latency.py also uses: the program as its own __main__ on DeepSpeed, given
+# --local_rank as DeepSpeed's launcher and zero launch give it, its process group ended after it.
+ON_DEEPSPEED = TESTS.parent / "bench" / "programs" / "on_deepspeed.py"
 # a stage-3 ds_config for the Trainer's --deepspeed, every value it fills in left "auto"
 AUTO_STAGE3: dict[str, Any] = {
     "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -33,25 +35,6 @@ AUTO_STAGE3: dict[str, Any] = {
                           "stage3_param_persistence_threshold": "auto",
                           "stage3_gather_16bit_weights_on_model_save": True},
 }
-
-# Under plain torchrun on DeepSpeed: the program runs as its own __main__, after DeepSpeed's comm is told not to
-# compile its shared-memory all-reduce (inference only; tests/deepspeed_peer.py). With COMM_FIRST, DeepSpeed's
-# comm starts the process group before the program does (see on_deepspeed).
-DEEPSPEED_RUNNER = f'''
-import runpy, sys
-import torch.distributed as dist
-sys.path.insert(0, {str(TESTS)!r})
-from deepspeed_peer import import_deepspeed
-deepspeed = import_deepspeed()
-if sys.argv[1] == {COMM_FIRST!r}:
-    sys.argv.pop(1)
-    deepspeed.init_distributed(dist_backend="gloo")
-program = sys.argv.pop(1)
-sys.argv[0] = program
-runpy.run_path(program, run_name="__main__")
-if dist.is_initialized():  # as zero launch ends its ranks' groups: gloo's teardown at exit aborts now and then
-    dist.destroy_process_group()
-'''
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -74,15 +57,14 @@ def zero_launch(program: Path, *args: str, **env: str) -> None:
     assert result.returncode == 0, failure(result.stderr)
 
 
-def on_deepspeed(folder: Path, program: Path, *args: str, comm_first: bool = False, **env: str) -> None:
+def on_deepspeed(program: Path, *args: str, comm_first: bool = False, **env: str) -> None:
     """The same program under torchrun on DeepSpeed (DS_ACCELERATOR=cpu). `comm_first`: DeepSpeed's comm starts
     the process group first. A program whose TrainingArguments(use_cpu=True) let accelerate start it, and whose
     model is then built under DeepSpeed's zero.Init, needs that: DeepSpeed's Init reads its config before it
     starts its own comm, sees world size 1 and refuses the Trainer's train_batch_size (DeepSpeed's limitation)."""
-    runner = write(folder, "on_deepspeed.py", DEEPSPEED_RUNNER)
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", **env}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(runner),
-                           *([COMM_FIRST] if comm_first else []), str(program), *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           str(ON_DEEPSPEED), *(["--comm-first"] if comm_first else []), str(program), *args], capture_output=True,
                           text=True, timeout=220, env=environment)
     assert done.returncode == 0, failure(done.stderr)
 
