@@ -5,10 +5,15 @@ first block is trainable (a LoRA base: frozen embeddings and norms), the first b
 the block's input directly get an input that needs no gradient, and their weights are not kept: the
 attention's q/k/v projections, and the MLP's first projection where it also reads the block input
 (GPT-NeoX's parallel residual). Every other linear weight above the persistence threshold is kept.
+
+Under full checkpointing the blocks' forward saves nothing: only the linears outside them (the LM head)
+keep their weights from forward to their backward, which runs first. Backward rebuilds one checkpoint's
+blocks at a time and keeps their weights until each block's backward; the running block's are the
+gathered working set already, so a checkpoint of k blocks adds k - 1 blocks' weights.
 """
 from __future__ import annotations
 
-from ._spec import ModelSpec
+from ._spec import ModelSpec, ModuleParams
 
 # Linears that read a block's (normed) input: attention's projections, GPT-NeoX's parallel MLP.
 _READ_BLOCK_INPUT = frozenset({"q_proj", "k_proj", "v_proj", "query_key_value", "c_attn", "query", "key",
@@ -22,8 +27,7 @@ def held_linear_weights(spec: ModelSpec, above: int) -> int | None:
         return None
     skipped, seen_counted = 0, set[str]()
     for m in spec.instances():
-        block = m.count > 1 or any(part.isdigit() for part in m.path.split("."))
-        if not block:
+        if not _in_block(m):
             if m.trainable and not seen_counted:
                 return total  # something before the blocks is trainable: every input needs a gradient
             continue
@@ -32,6 +36,40 @@ def held_linear_weights(spec: ModelSpec, above: int) -> int | None:
         if first and _module_name(m.path) in _READ_BLOCK_INPUT and m.weight_params > above:
             skipped += m.weight_params
     return total - skipped
+
+
+def held_outside_checkpoints(spec: ModelSpec, above: int) -> int | None:
+    """Full checkpointing: elements of the gathered weights of the linears outside the blocks that autograd
+    keeps from their forward (those whose input needs a gradient: something before them trains); None
+    without shapes."""
+    if not spec.modules:
+        return None
+    held, trains_before = 0, False
+    for m in spec.instances():
+        if not _in_block(m) and trains_before and m.weight_params > above:
+            held += m.weight_params
+        trains_before = trains_before or bool(m.trainable)
+    return held
+
+
+def block_linear_weights(spec: ModelSpec, above: int) -> int | None:
+    """Elements of one block's linear weights above `above` (the largest block's); None without shapes."""
+    if not spec.modules:
+        return None
+    per_block: dict[str, int] = {}
+    for m in spec.modules:
+        if _in_block(m) and m.weight_params > above:
+            key = "repeated" if m.count > 1 else _block_index(m.path)
+            per_block[key] = per_block.get(key, 0) + m.weight_params
+    return max(per_block.values(), default=0)
+
+
+def _in_block(m: ModuleParams) -> bool:
+    return m.count > 1 or any(part.isdigit() for part in m.path.split("."))
+
+
+def _block_index(path: str) -> str:
+    return next(part for part in path.split(".") if part.isdigit())
 
 
 def _in_first_block(path: str) -> bool:

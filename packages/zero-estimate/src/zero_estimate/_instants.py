@@ -5,7 +5,8 @@ The ledger measures a phase's peak at one instant. In forward and backward two i
 - "loss": the loss is computed, or its gradient starts backward. Every layer's activations are held,
   with the loss's fp32 log-softmax (in forward the logits and their fp32 copy, in backward the loss's
   gradients). No module is gathered (stage 3 released the LM head after its forward and gathers it
-  again only after the loss's gradient), and no parameter gradient exists yet.
+  again only after the loss's gradient; with memory_efficient_linear off autograd keeps its weight), and
+  no parameter gradient exists yet.
 - "late": a module runs with its gathered weights (stage 3) and, under full checkpointing or offloaded
   activations, one layer's activations on the GPU; late in backward the parameter gradients and the
   reduce buckets are held while the other activations are mostly freed.
@@ -56,7 +57,8 @@ def at_peak_instants(lines: list[Line]) -> list[Line]:
     out = _drop(out, "forward", LATE if loss >= late else LOSS, everything_activations=False)
     # backward: the activations held at its start (every layer's, the loss's gradients) against the
     # gradients, buckets, working set and a rebuilt layer
-    held_at_loss = _bytes(gpu, "backward", lambda line: line.category == Category.ACTIVATIONS and line.instant != LATE)
+    held_at_loss = _bytes(gpu, "backward", lambda line: line.instant == LOSS or
+                          (line.category == Category.ACTIVATIONS and line.instant != LATE))
     during = _bytes(gpu, "backward", lambda line: (line.instant == LATE and not _growing(line))
                     or line.instant == HELD)
     end = _bytes(gpu, "backward", lambda line: line.instant == LATE and _at_the_end(line))

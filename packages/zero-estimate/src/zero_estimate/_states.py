@@ -18,7 +18,7 @@ from zero_plugins.placement import DTYPE_BYTES, Copy, Location, PlacedCopy, Step
 
 from ._errors import EstimateError
 from ._formula import Q, largest, smallest
-from ._held import held_linear_weights
+from ._held import block_linear_weights, held_linear_weights, held_outside_checkpoints
 from ._lines import AFTER_INIT, ALWAYS, BACKWARD, BUILD, BACKWARD_STEP, FORWARD, FORWARD_BACKWARD, INIT, STEP, Lines
 from ._optimizer_step import step_temporaries
 from ._partitions import (
@@ -120,6 +120,9 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     lines.add(Category.PARAM_GATHERED, "gpu", what, c.b * working_set, FORWARD_BACKWARD, instant="late")
     if c.zero.memory_efficient_linear:
         return
+    if c.training.checkpointing == "full":
+        _held_under_checkpointing(c, lines, threshold)
+        return
     weights = held_linear_weights(c.spec, threshold)
     if weights is None:
         c.notes.append("linear weights unknown from counts: autograd is taken to keep every gathered param")
@@ -130,6 +133,25 @@ def _stage3_params(c: _Context, lines: Lines) -> None:
     lines.add(Category.PARAM_GATHERED, "gpu", what, c.b * W, FORWARD)
     what = "gathered linear weights autograd keeps until their backward (memory_efficient_linear=false)"
     lines.add(Category.PARAM_GATHERED_HELD, "gpu", what, c.b * W, BACKWARD)
+
+
+def _held_under_checkpointing(c: _Context, lines: Lines, threshold: int) -> None:
+    """memory_efficient_linear=false under full checkpointing (_held.py): the blocks' forward saves no weight."""
+    outside, per_block = held_outside_checkpoints(c.spec, threshold), block_linear_weights(c.spec, threshold)
+    if outside is None or per_block is None:
+        c.notes.append("linear weights unknown from counts: the LM head is taken to keep all the params gathered")
+        outside, per_block = c.spec.total_params, 0
+    W = Q.var("Wh", outside)
+    # Kept from the head's forward to its backward, the first: at the loss, where stage 3 would have released it.
+    what = "gathered weights of the linears outside the checkpointed blocks (the LM head), saved by autograd"
+    lines.add(Category.PARAM_GATHERED, "gpu", what, c.b * W, FORWARD, instant="loss")
+    what = "gathered weights autograd keeps until the LM head's backward (memory_efficient_linear=false)"
+    lines.add(Category.PARAM_GATHERED_HELD, "gpu", what, c.b * W, BACKWARD, instant="loss")
+    if c.training.checkpoint_every > 1 and per_block > 0:
+        what = ("gathered weights of a rebuilt checkpoint's other blocks, kept until their backward "
+                "(memory_efficient_linear=false)")
+        blocks = (Q.var("k", c.training.checkpoint_every) - 1) * Q.var("Wb", per_block)
+        lines.add(Category.PARAM_GATHERED_HELD, "gpu", what, c.b * blocks, BACKWARD, instant="late")
 
 
 def _gradients(c: _Context, lines: Lines) -> None:
