@@ -43,11 +43,16 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+# What a rank that aborted (no Python traceback of its own) says before it dies.
+_ABORT_MARKS = ("terminate called", "what():", "Fatal Python error", "Aborted", "gloo")
+
+
 def failure(stderr: str) -> str:
-    """A failed launch's first rank traceback and torchrun's table: what the assertion shows."""
+    """A failed launch's abort messages, first rank traceback and torchrun's table: what the assertion shows."""
     lines = stderr.splitlines()
+    aborts = [line for line in lines if any(mark in line for mark in _ABORT_MARKS)][:20]
     start = next((i for i, line in enumerate(lines) if "Traceback" in line), max(0, len(lines) - 40))
-    return "\n".join(lines[start:start + 60] + lines[-25:])
+    return "\n".join(aborts + lines[start:start + 60] + lines[-25:])
 
 
 def zero_launch(program: Path, *args: str, **env: str) -> None:
