@@ -1,8 +1,9 @@
 """Running one program under `zero launch` and under plain torchrun on DeepSpeed 0.19.8, and comparing losses.
 
 Shared by the tests that run programs written for DeepSpeed unchanged (issue 34): tests/integration's
-test_programs_under_zero_launch.py, test_run_clm_under_zero_launch.py and test_trl_under_zero_launch.py. Both runs get 2 CPU ranks on gloo
-and OMP_NUM_THREADS=1; a failed run's assertion shows its first rank traceback.
+test_programs_under_zero_launch.py, test_run_clm_under_zero_launch.py and test_trl_under_zero_launch.py. Both
+runs get 2 CPU ranks on gloo and OMP_NUM_THREADS=1; a failed run's assertion shows its ranks' abort lines and
+first rank traceback.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def on_deepspeed(program: Path, *args: str, comm_first: bool = False, **env: str
     starts its own comm, sees world size 1 and refuses the Trainer's train_batch_size (DeepSpeed's limitation)."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", **env}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           str(ON_DEEPSPEED), *(["--comm-first"] if comm_first else []), str(program), *args], capture_output=True,
-                          text=True, timeout=220, env=environment)
+                           str(ON_DEEPSPEED), *(["--comm-first"] if comm_first else []), str(program), *args],
+                          capture_output=True, text=True, timeout=220, env=environment)
     assert done.returncode == 0, failure(done.stderr)
 
 

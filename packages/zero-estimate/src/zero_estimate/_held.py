@@ -56,10 +56,11 @@ def block_linear_weights(spec: ModelSpec, above: int) -> int | None:
     """Elements of one block's linear weights above `above` (the largest block's); None without shapes."""
     if not spec.modules:
         return None
-    per_block: dict[str, int] = {}
+    # keyed by the block's index; a repeated module (count > 1, unnumbered) stands for every block: key None
+    per_block: dict[str | None, int] = {}
     for m in spec.modules:
         if _in_block(m) and m.weight_params > above:
-            key = "repeated" if m.count > 1 else _block_index(m.path)
+            key = _block_index(m.path)
             per_block[key] = per_block.get(key, 0) + m.weight_params
     return max(per_block.values(), default=0)
 
@@ -68,13 +69,13 @@ def _in_block(m: ModuleParams) -> bool:
     return m.count > 1 or any(part.isdigit() for part in m.path.split("."))
 
 
-def _block_index(path: str) -> str:
-    return next(part for part in path.split(".") if part.isdigit())
+def _block_index(path: str) -> str | None:
+    """The index of the block a module path lies in ("layers.3.mlp" -> "3"); None outside numbered blocks."""
+    return next((part for part in path.split(".") if part.isdigit()), None)
 
 
 def _in_first_block(path: str) -> bool:
-    digits = [part for part in path.split(".") if part.isdigit()]
-    return bool(digits) and digits[0] == "0"
+    return _block_index(path) == "0"
 
 
 def _module_name(path: str) -> str:
